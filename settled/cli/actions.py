@@ -1,0 +1,299 @@
+"""dispatch, confirm, show, queue: the everyday commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import typer
+
+from .common import STATE, STATUS_STYLE, age, console, emit_json, next_step, parse_duration
+
+STATUSES = (
+    "PENDING",
+    "IN_FLIGHT",
+    "AWAITING_VERIFICATION",
+    "CONFIRMED",
+    "FAILED",
+    "DENIED_UNRESOLVED",
+)
+
+
+def parse_params(raw: str | None) -> Any:
+    from ..errors import UsageError
+
+    if raw is None:
+        return {}
+    source = "--params"
+    if raw == "-":
+        text = sys.stdin.read()
+        source = "--params - (stdin)"
+    elif raw.startswith("@"):
+        path = raw[1:]
+        try:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+        except FileNotFoundError:
+            raise UsageError(f"--params @{path}: file not found") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--params @{path}: cannot read: {exc}") from None
+        source = f"--params @{path}"
+    else:
+        text = raw
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"{source} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+        ) from None
+    except RecursionError:
+        raise UsageError(f"{source} is nested too deeply") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{source} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def check_id(action_id: str) -> str:
+    from ..errors import UsageError
+
+    if not action_id or len(action_id) > 200 or not action_id.isprintable() or action_id != action_id.strip():
+        raise UsageError(
+            "action id must be 1-200 printable characters without surrounding spaces"
+        )
+    return action_id
+
+
+def _report_out(report: Any, as_json: bool) -> int:
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        render_report(report)
+    return int(report.exit_code)
+
+
+def render_report(report: Any) -> None:
+    con = console()
+    rec = report.record
+    if rec is None:
+        console(stderr=True).print(f"{report.outcome}: {report.message}")
+        return
+    style = STATUS_STYLE.get(str(rec.status), "white")
+    result = f" → {report.result}" if report.result else ""
+    con.print(
+        f"[bold]{rec.action_id}[/]  {rec.provider}.{rec.operation} ({rec.tier})  "
+        f"[{style}]{rec.status}[/]  {report.outcome}{result}"
+    )
+    why = report.message or rec.reason
+    if why:
+        con.print(f"  why:  {why}", markup=False)
+    con.print(f"  next: {next_step(rec)}", markup=False)
+
+
+def _wait(record: Any, timeout: float) -> Any:
+    """Run verification in this process until the record is terminal, only a person
+    can settle it, or ``timeout`` seconds pass."""
+    import time
+
+    from ..clock import Clock, from_text
+    from ..model import Status
+    from ..reconcile import Reconciler
+
+    clock = Clock()
+    cfg = STATE.config()
+    rec_ = Reconciler(STATE.ledger(), STATE.registry(), clock=clock, lease=cfg.reconcile_lease)
+    deadline = time.monotonic() + timeout
+    rec = record
+    while True:
+        rec = STATE.ledger().get(rec.action_id)
+        if rec.terminal:
+            return rec
+        if rec.status is Status.DENIED_UNRESOLVED and not rec.next_check_at:
+            return rec  # only a person can settle it now
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return rec
+        due = from_text(rec.next_check_at or rec.lease_expires_at)
+        gap = (due - clock.now()).total_seconds() if due else 0.5
+        if gap > 0:
+            time.sleep(min(gap, left, 1.0))
+            continue
+        if rec.status in (Status.AWAITING_VERIFICATION, Status.DENIED_UNRESOLVED, Status.IN_FLIGHT):
+            rec_.run_ids([rec.action_id])
+        else:
+            time.sleep(min(0.2, left))
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def dispatch(
+        provider: str = typer.Argument(..., help="Provider name (see `settled providers`)."),
+        operation: str = typer.Argument(..., help="Operation of that provider."),
+        params: str = typer.Option(None, "--params", help="JSON object, @FILE, or - for stdin."),
+        action_id: str = typer.Option(
+            None, "--action-id", help="Your id for this action; repeating it never sends twice."
+        ),
+        needs_confirmation: bool = typer.Option(
+            False, "--needs-confirmation", help="Record only; `settled confirm` dispatches it."
+        ),
+        wait: bool = typer.Option(False, "--wait", help="Verify in-process until settled."),
+        wait_timeout: float = typer.Option(60.0, "--wait-timeout", help="Seconds --wait may take."),
+        as_json: bool = typer.Option(False, "--json", help="Print the record as JSON."),
+    ) -> None:
+        """Record an action and dispatch it (exit code = its status)."""
+        from ..dispatch import Dispatcher, DispatchSettings
+
+        values = parse_params(params)
+        if action_id is not None:
+            check_id(action_id)
+        if wait_timeout < 0:
+            from ..errors import UsageError
+
+            raise UsageError("--wait-timeout must be >= 0")
+        cfg = STATE.config()
+        d = Dispatcher(
+            STATE.ledger(),
+            STATE.registry(),
+            settings=DispatchSettings(lease_grace=cfg.lease_grace, backoff=cfg.backoff),
+            actor="dispatch",
+        )
+        report = d.submit(
+            provider, operation, values, action_id=action_id, needs_confirmation=needs_confirmation
+        )
+        if wait and report.record is not None and not needs_confirmation:
+            report.record = _wait(report.record, wait_timeout)
+        raise typer.Exit(_report_out(report, as_json))
+
+    @app.command()
+    def confirm(
+        action_id: str = typer.Argument(..., help="The action to confirm."),
+        wait: bool = typer.Option(False, "--wait", help="Verify in-process until settled."),
+        wait_timeout: float = typer.Option(60.0, "--wait-timeout", help="Seconds --wait may take."),
+        as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
+    ) -> None:
+        """Confirm a recorded action: dispatches it at most once, however many confirm."""
+        from ..dispatch import Dispatcher, DispatchSettings, Outcome
+
+        check_id(action_id)
+        cfg = STATE.config()
+        d = Dispatcher(
+            STATE.ledger(),
+            STATE.registry(),
+            settings=DispatchSettings(lease_grace=cfg.lease_grace, backoff=cfg.backoff),
+            actor="confirm",
+        )
+        report = d.confirm(action_id)
+        if wait and report.outcome in (Outcome.DISPATCHED, Outcome.IN_PROGRESS) and report.record:
+            report.record = _wait(report.record, wait_timeout)
+        raise typer.Exit(_report_out(report, as_json))
+
+    @app.command()
+    def show(
+        action_id: str = typer.Argument(..., help="The action to show."),
+        as_json: bool = typer.Option(False, "--json", help="The record and its events as JSON."),
+    ) -> None:
+        """Show one action and its full event timeline."""
+        from ..dispatch import EXIT_BY_STATUS
+
+        check_id(action_id)
+        ledger = STATE.ledger()
+        rec = ledger.get(action_id)
+        events = ledger.events(action_id)
+        if as_json:
+            data = rec.to_json()
+            data["events"] = [e.to_json() for e in events]
+            emit_json(data)
+        else:
+            render_show(rec, events)
+        raise typer.Exit(EXIT_BY_STATUS[rec.status])
+
+    @app.command()
+    def queue(
+        status: str = typer.Option(
+            "DENIED_UNRESOLVED", "--status", help="Status to list (comma-separated, or 'all')."
+        ),
+        provider: str = typer.Option(None, "--provider", help="Only this provider."),
+        older_than: str = typer.Option(None, "--older-than", help="Only older than e.g. 10m."),
+        fail_if_any: bool = typer.Option(
+            False, "--fail-if-any", help="Exit 4 when any row is listed (for monitors)."
+        ),
+        limit: int = typer.Option(1000, "--limit", help="At most this many rows.", min=1),
+        as_json: bool = typer.Option(False, "--json", help="Rows as a JSON array."),
+    ) -> None:
+        """The queue of actions nobody can call done yet, oldest first."""
+        from ..clock import plus, to_text, utcnow
+        from ..errors import UsageError
+
+        if status.strip().lower() == "all":
+            statuses = list(STATUSES)
+        else:
+            statuses = [s.strip().upper() for s in status.split(",") if s.strip()]
+            bad = [s for s in statuses if s not in STATUSES]
+            if bad or not statuses:
+                raise UsageError(
+                    f"--status {status!r}: unknown status; use one of {', '.join(STATUSES)} or all"
+                )
+        now = utcnow()
+        before = to_text(plus(now, -parse_duration(older_than))) if older_than else None
+        rows = STATE.ledger().query(
+            statuses=statuses, provider=provider, created_before=before, limit=limit
+        )
+        if as_json:
+            emit_json([{**r.to_json(), "next": next_step(r)} for r in rows])
+        else:
+            render_queue(rows, now, statuses)
+        raise typer.Exit(4 if (fail_if_any and rows) else 0)
+
+
+def render_queue(rows: list[Any], now: Any, statuses: list[str]) -> None:
+    from rich.table import Table
+
+    con = console()
+    if not rows:
+        con.print(f"queue ({', '.join(statuses)}): empty")
+        return
+    t = Table(title=f"queue: {', '.join(statuses)} ({len(rows)})", title_justify="left")
+    for col in ("action", "age", "provider/operation", "tier", "att", "status", "settles next", "why"):
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        t.add_row(
+            r.action_id,
+            age(r.created_at, now),
+            f"{r.provider}/{r.operation}",
+            str(r.tier),
+            str(r.attempt),
+            f"[{STATUS_STYLE.get(str(r.status), 'white')}]{r.status}[/]",
+            next_step(r),
+            (r.reason or "")[:120],
+        )
+    con.print(t)
+
+
+def render_show(rec: Any, events: list[Any]) -> None:
+    from rich.table import Table
+
+    con = console()
+    style = STATUS_STYLE.get(str(rec.status), "white")
+    con.print(f"[bold]{rec.action_id}[/]  [{style}]{rec.status}[/]")
+    fields = [
+        ("provider/operation", f"{rec.provider}/{rec.operation}"),
+        ("tier", str(rec.tier)),
+        ("attempt", f"{rec.attempt} (idempotency key {rec.idempotency_key})"),
+        ("delivery / acceptance", f"{rec.delivery} / {rec.acceptance}"),
+        ("reconciliation key", rec.reconciliation_key or "-"),
+        ("eligible at", rec.eligible_at or "never (manual verification)"),
+        ("provider object", rec.provider_object_id or "-"),
+        ("confirmed", f"{rec.confirmed_at} by {rec.confirmed_by}" if rec.confirmed_at else "-"),
+        ("why", rec.reason or "-"),
+        ("next", next_step(rec)),
+    ]
+    for k, v in fields:
+        con.print(f"  {k:<22} {v}", markup=False, highlight=False)
+    t = Table(title="events", title_justify="left")
+    for col in ("#", "at", "actor", "kind", "move", "detail"):
+        t.add_column(col, overflow="fold")
+    for e in events:
+        move = f"{e.from_status or '∅'} → {e.to_status}"
+        detail = e.detail.get("reason") or json.dumps(e.detail, ensure_ascii=False)[:160]
+        t.add_row(str(e.id), e.at[:19].replace("T", " "), e.actor, e.kind, move, str(detail))
+    con.print(t)

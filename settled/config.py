@@ -1,0 +1,135 @@
+"""settled.toml: loading and validation.
+
+Every mistake is reported as one line naming the file, the key and the fix. Provider
+sections are checked by their provider type when the registry builds them.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+TOP_KEYS = {"ledger", "dispatch", "reconcile", "daemon", "providers"}
+SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "ledger": {"path": str, "busy_timeout": (int, float)},
+    "dispatch": {"lease_grace": (int, float), "backoff": (int, float)},
+    "reconcile": {"batch": int, "lease": (int, float)},
+    "daemon": {"interval": (int, float)},
+}
+
+
+@dataclass
+class Config:
+    source: str | None = None  # the file it came from, None for defaults
+    ledger_path: str | None = None
+    busy_timeout: float | None = None
+    lease_grace: float = 30.0
+    backoff: float = 0.05
+    reconcile_batch: int = 200
+    reconcile_lease: float = 60.0
+    daemon_interval: float = 5.0
+    providers: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def where(self, key: str) -> str:
+        return f"{self.source or 'config'}: {key}"
+
+
+def default_config_path() -> str | None:
+    env = os.environ.get("SETTLED_CONFIG")
+    if env:
+        return env
+    return "settled.toml" if Path("settled.toml").is_file() else None
+
+
+def default_db_path() -> str:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(base, "settled", "settled.db")
+
+
+def load(path: str | None) -> Config:
+    if path is None:
+        return Config()
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found (check --config / SETTLED_CONFIG)") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text; save the config as UTF-8") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    return from_dict(data, source=str(path), base=p.resolve().parent)
+
+
+def _number(cfg: Config, key: str, value: Any, *, minimum: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{cfg.where(key)} must be a number, got {value!r}")
+    if value < minimum:
+        raise ConfigError(f"{cfg.where(key)} must be >= {minimum:g}, got {value!r}")
+    return float(value)
+
+
+def from_dict(data: dict[str, Any], *, source: str | None = None, base: Path | None = None) -> Config:
+    cfg = Config(source=source)
+    unknown = set(data) - TOP_KEYS
+    if unknown:
+        key = sorted(unknown)[0]
+        raise ConfigError(
+            f"{cfg.where(key)}: unknown section; expected one of {', '.join(sorted(TOP_KEYS))}"
+        )
+    for section, keys in SECTION_KEYS.items():
+        sect = data.get(section, {})
+        if not isinstance(sect, dict):
+            raise ConfigError(f"{cfg.where(section)} must be a table ([{section}])")
+        for key, value in sect.items():
+            if key not in keys:
+                raise ConfigError(
+                    f"{cfg.where(section + '.' + key)}: unknown key; expected one of "
+                    f"{', '.join(sorted(keys))}"
+                )
+            dotted = f"{section}.{key}"
+            if keys[key] is str:
+                if not isinstance(value, str) or not value:
+                    raise ConfigError(f"{cfg.where(dotted)} must be a non-empty string")
+            elif keys[key] is int:
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise ConfigError(f"{cfg.where(dotted)} must be a whole number >= 1")
+            else:
+                _number(cfg, dotted, value)
+    ledger = data.get("ledger", {})
+    if "path" in ledger:
+        lp = Path(os.path.expanduser(ledger["path"]))
+        cfg.ledger_path = str(lp if lp.is_absolute() or base is None else base / lp)
+    if "busy_timeout" in ledger:
+        cfg.busy_timeout = float(ledger["busy_timeout"])
+    disp = data.get("dispatch", {})
+    cfg.lease_grace = float(disp.get("lease_grace", cfg.lease_grace))
+    cfg.backoff = float(disp.get("backoff", cfg.backoff))
+    rec = data.get("reconcile", {})
+    cfg.reconcile_batch = int(rec.get("batch", cfg.reconcile_batch))
+    cfg.reconcile_lease = float(rec.get("lease", cfg.reconcile_lease))
+    cfg.daemon_interval = float(data.get("daemon", {}).get("interval", cfg.daemon_interval))
+    if cfg.daemon_interval <= 0:
+        raise ConfigError(f"{cfg.where('daemon.interval')} must be > 0")
+    providers = data.get("providers", {})
+    if not isinstance(providers, dict):
+        raise ConfigError(f"{cfg.where('providers')} must be a table ([providers.NAME])")
+    for name, conf in providers.items():
+        if not isinstance(conf, dict):
+            raise ConfigError(f"{cfg.where('providers.' + name)} must be a table")
+        if "type" not in conf:
+            raise ConfigError(
+                f"{cfg.where('providers.' + name + '.type')}: missing; set type = \"http\", "
+                "\"caldav\", \"sim\" or an installed plug-in's name"
+            )
+        cfg.providers[name] = dict(conf)
+    return cfg

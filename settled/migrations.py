@@ -1,0 +1,141 @@
+"""Schema migrations: named steps, applied once each, in order, each in its own
+transaction. Never edit a step that has shipped; add a new one.
+
+``PRAGMA user_version`` holds the number of steps applied, so an up-to-date ledger is
+recognised with one cheap read and this module (and sqlite-utils) is only imported
+when something needs migrating.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+import sqlite_utils
+
+Step = Callable[[sqlite_utils.Database], None]
+
+
+def _m001_initial(db: sqlite_utils.Database) -> None:
+    db["actions"].create(
+        {
+            "action_id": str,
+            "provider": str,
+            "operation": str,
+            "params": str,
+            "params_hash": str,
+            "tier": str,
+            "reconciliation_key": str,
+            "eligible_at": str,
+            "requires_manual_verification": int,
+            "attempt": int,
+            "idempotency_key": str,
+            "dispatch_id": str,
+            "provider_object_id": str,
+            "status": str,
+            "delivery": str,
+            "acceptance": str,
+            "dispatched_at": str,
+            "confirmed_at": str,
+            "confirmed_by": str,
+            "created_at": str,
+            "updated_at": str,
+            # the claim's lease (IN_FLIGHT) and the reconcilers' per-row lease
+            "lease_owner": str,
+            "lease_expires_at": str,
+            # verification schedule: NULL on terminal rows and rows only a person settles
+            "next_check_at": str,
+            "verify_started_at": str,
+            "verify_deadline_at": str,
+            "checks": int,
+            "reason": str,
+            "snapshot": str,
+        },
+        pk="action_id",
+        not_null={
+            "provider",
+            "operation",
+            "params",
+            "params_hash",
+            "tier",
+            "requires_manual_verification",
+            "attempt",
+            "idempotency_key",
+            "status",
+            "delivery",
+            "acceptance",
+            "created_at",
+            "updated_at",
+            "checks",
+        },
+        defaults={"checks": 0, "attempt": 1},
+    )
+    # "Due for reconciliation" is a range scan over rows that still have a check time;
+    # terminal rows drop out of the index entirely.
+    db.execute(
+        "CREATE INDEX actions_due ON actions(next_check_at) WHERE next_check_at IS NOT NULL"
+    )
+    db.execute("CREATE INDEX actions_status ON actions(status, created_at)")
+    db["events"].create(
+        {
+            "id": int,
+            "action_id": str,
+            "at": str,
+            "actor": str,
+            "kind": str,
+            "from_status": str,
+            "to_status": str,
+            "attempt": int,
+            "detail": str,
+        },
+        pk="id",
+        not_null={"action_id", "at", "actor", "kind", "to_status", "attempt", "detail"},
+        foreign_keys=[("action_id", "actions", "action_id")],
+    )
+    db.execute("CREATE INDEX events_action ON events(action_id, id)")
+    # The event log is append-only in the database itself.
+    # (executescript would COMMIT the step's transaction, so one statement at a time.)
+    for table, verb in (("events", "UPDATE"), ("events", "DELETE"), ("actions", "DELETE")):
+        what = "events are append-only" if table == "events" else "actions are never deleted"
+        db.execute(
+            f"CREATE TRIGGER {table}_no_{verb.lower()} BEFORE {verb} ON {table} "
+            f"BEGIN SELECT RAISE(ABORT, 'settled: {what}'); END"
+        )
+
+
+MIGRATIONS: list[tuple[str, Step]] = [
+    ("001_initial", _m001_initial),
+]
+
+LATEST = len(MIGRATIONS)
+
+
+def migrate(conn: sqlite3.Connection, begin: Callable[[], None]) -> int:
+    """Apply every step not yet applied. ``begin`` opens a write transaction (the
+    ledger's fair ``BEGIN IMMEDIATE``). Safe when several processes open a new ledger
+    at once: each step re-reads the version inside its own transaction."""
+    db = sqlite_utils.Database(conn)
+    applied = 0
+    for number, (name, step) in enumerate(MIGRATIONS, start=1):
+        begin()
+        try:
+            (version,) = conn.execute("PRAGMA user_version").fetchone()
+            if version >= number:
+                conn.execute("ROLLBACK")
+                continue
+            step(db)
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT)"
+            )
+            conn.execute(
+                "INSERT INTO _migrations VALUES (?, strftime('%Y-%m-%dT%H:%M:%fZ','now'))",
+                (name,),
+            )
+            conn.execute(f"PRAGMA user_version = {number}")
+            conn.execute("COMMIT")
+            applied += 1
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    return applied

@@ -1,0 +1,146 @@
+"""What a provider is: a small object with declared operations, ``execute`` and,
+where the tier allows, ``query``.
+
+Providers report what happened *on the wire*; they never decide what it means for
+the action and never retry. The dispatcher classifies (DESIGN.md rule 3) and owns
+the one retry budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
+
+from ..model import DEFAULT_CONSISTENCY_WINDOW, Tier
+
+
+@dataclass(frozen=True)
+class OperationSpec:
+    """One operation's declarations. ``attempts`` is the whole retry budget for one
+    attempt number; ``dedupes_keys`` says the provider deduplicates the idempotency
+    key, which is the only case where an ambiguous send may be repeated."""
+
+    name: str
+    tier: Tier
+    consistency_window: float = DEFAULT_CONSISTENCY_WINDOW
+    attempts: int = 1
+    dedupes_keys: bool = False
+    timeout: float = 5.0
+    verify_interval: float = 2.0
+    verify_deadline: float = 300.0
+    queryable: bool = False  # has a query that reads the real effect
+    carries_key: bool = False  # the request carries the reconciliation key
+    snapshots: bool = False  # takes a pre-dispatch snapshot for attribution
+    verifies: str = ""  # what observes the effect, in words (for `settled providers`)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "operation": self.name,
+            "tier": str(self.tier),
+            "consistency_window": self.consistency_window,
+            "attempts": self.attempts,
+            "timeout": self.timeout,
+            "dedupes_keys": self.dedupes_keys,
+            "queryable": self.queryable,
+            "verify_interval": self.verify_interval,
+            "verify_deadline": self.verify_deadline,
+            "verifies": self.verifies,
+        }
+
+
+@dataclass(frozen=True)
+class Request:
+    """Everything a provider may put on the wire for one try."""
+
+    action_id: str
+    operation: str
+    params: Any
+    idempotency_key: str
+    reconciliation_key: str | None
+    attempt: int
+    timeout: float
+
+
+class Wire(StrEnum):
+    NOT_CONNECTED = "not_connected"  # nothing left this machine (refused, DNS)
+    NO_ANSWER = "no_answer"  # sent (or maybe sent), no answer: timeout, reset, drop
+    ANSWERED = "answered"  # a status line came back
+
+
+@dataclass(frozen=True)
+class WireResult:
+    """What happened on the wire. ``applied`` is the provider's reading of the body:
+    True when the reply itself proves the effect (a booking id, a 412 on a create
+    that an earlier try made), False when the body says it was not applied, None
+    when the body proves nothing."""
+
+    wire: Wire
+    status_code: int | None = None
+    object_id: str | None = None
+    applied: bool | None = None
+    detail: str = ""
+
+
+class Seen(StrEnum):
+    APPLIED = "applied"  # the effect is there and attributable to this action
+    NOT_APPLIED = "not_applied"  # proof it is not and will not be (bounce, 404 = absent)
+    NOT_YET = "not_yet"  # nothing visible yet
+    AMBIGUOUS = "ambiguous"  # something changed but it cannot be attributed
+    UNKNOWN = "unknown"  # the query itself failed
+
+
+@dataclass(frozen=True)
+class QueryTarget:
+    action_id: str
+    operation: str
+    params: Any
+    reconciliation_key: str | None
+    provider_object_id: str | None
+    snapshot: Any
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Observation:
+    seen: Seen
+    object_id: str | None = None
+    detail: str = ""
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Provider(Protocol):
+    name: str
+
+    def operations(self) -> Mapping[str, OperationSpec]: ...
+
+    def execute(self, request: Request) -> WireResult: ...
+
+    def query(self, target: QueryTarget) -> Observation: ...
+
+    def snapshot(self, operation: str, params: Any) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class BaseProvider:
+    """Convenience base: no query, no snapshot, nothing to close."""
+
+    name = "base"
+
+    def operations(self) -> Mapping[str, OperationSpec]:
+        raise NotImplementedError  # abstract: every provider declares its operations
+
+    def execute(self, request: Request) -> WireResult:
+        raise NotImplementedError  # abstract
+
+    def query(self, target: QueryTarget) -> Observation:
+        return Observation(Seen.UNKNOWN, detail=f"{self.name}.{target.operation} has no query")
+
+    def snapshot(self, operation: str, params: Any) -> Any:
+        return None
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,345 @@
+"""The verifier: settles what dispatch left open, by evidence.
+
+One pass takes due records (``next_check_at <= now``) in bounded batches. Claiming a
+batch is one write transaction that moves each row's ``next_check_at`` forward by the
+reconciler's lease and stamps ``lease_owner``: another reconciler's due scan no longer
+sees the row, so two reconcilers never query the same row for the same due time. The
+result of each check is written under that lease.
+
+- ``IN_FLIGHT`` past its lease: the dispatcher was lost → ``DENIED_UNRESOLVED``.
+- ``AWAITING_VERIFICATION``, partial tier: past the window, a person must verify.
+- queryable records: the query reads the real effect. Applied → ``CONFIRMED``;
+  provably not applied → ``FAILED``; nothing yet or not attributable → check again
+  at now + interval, until the verification budget (rule 4) is spent →
+  ``DENIED_UNRESOLVED`` with the evidence gathered. Never ``CONFIRMED`` on a budget.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from . import faults
+from .clock import Clock, from_text, plus, to_text
+from .errors import NotFound, UnknownProvider
+from .ledger import Ledger
+from .model import Acceptance, ActionRecord, Delivery, Status, Tier
+from .providers.base import Observation, OperationSpec, QueryTarget, Seen
+
+DEFAULT_BATCH = 200
+DEFAULT_LEASE = 60.0  # s a reconciler holds a row; at least 2 × the query timeout
+
+
+@dataclass
+class Change:
+    """One thing a pass did to one record (a line of the daemon's log)."""
+
+    action_id: str
+    from_status: str
+    to_status: str
+    kind: str
+    reason: str
+    next_check_at: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "action_id": self.action_id,
+            "from": self.from_status,
+            "to": self.to_status,
+            "kind": self.kind,
+            "reason": self.reason,
+            "next_check_at": self.next_check_at,
+        }
+
+
+@dataclass
+class PassReport:
+    examined: int = 0
+    changes: list[Change] = field(default_factory=list)
+    skipped: list[Change] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for ch in self.changes:
+            out[ch.to_status] = out.get(ch.to_status, 0) + 1
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "examined": self.examined,
+            "changes": [c.to_json() for c in self.changes],
+            "skipped": [c.to_json() for c in self.skipped],
+            "counts": self.counts(),
+        }
+
+
+@dataclass
+class Reconciler:
+    ledger: Ledger
+    registry: Any
+    clock: Clock = field(default_factory=Clock)
+    actor: str = "reconciler"
+    batch: int = DEFAULT_BATCH
+    lease: float = DEFAULT_LEASE
+    on_change: Callable[[Change], None] | None = None
+    stop_requested: Callable[[], bool] = lambda: False
+
+    # ------------------------------------------------------------ passes
+    def run_due(self, limit: int | None = None) -> PassReport:
+        """Settle every due record (at most ``limit``), batch by batch. Stops between
+        batches when ``stop_requested()`` says so."""
+        report = PassReport()
+        while limit is None or report.examined < limit:
+            if self.stop_requested():
+                break
+            size = self.batch if limit is None else min(self.batch, limit - report.examined)
+            claimed = self._claim_batch(size, report)
+            if not claimed and not report.examined:
+                break
+            if not claimed:
+                break
+            for rec, owner in claimed:
+                report.examined += 1
+                self._check(rec, owner, report)
+        return report
+
+    def run_ids(self, action_ids: Iterable[str]) -> PassReport:
+        """Check these records now, whatever their schedule."""
+        report = PassReport()
+        for aid in action_ids:
+            rec = self.ledger.get(aid)
+            report.examined += 1
+            now = self.clock.now()
+            if rec.status is Status.IN_FLIGHT:
+                if rec.lease_expires_at and from_text(rec.lease_expires_at) <= now:  # type: ignore[operator]
+                    with self.ledger.write() as c:
+                        self._expire(c, rec, now, report)
+                else:
+                    report.skipped.append(
+                        Change(aid, rec.status, rec.status, "skipped",
+                               f"dispatch in progress; lease until {rec.lease_expires_at}")
+                    )
+                continue
+            if rec.status not in (Status.AWAITING_VERIFICATION, Status.DENIED_UNRESOLVED):
+                report.skipped.append(
+                    Change(aid, rec.status, rec.status, "skipped", f"nothing to reconcile: {rec.status}")
+                )
+                continue
+            owner = "r-" + uuid.uuid4().hex
+            held = self._lease_one(rec, owner, now)
+            if held is None:
+                report.skipped.append(
+                    Change(aid, rec.status, rec.status, "skipped", "another reconciler holds it")
+                )
+                continue
+            self._check(held, owner, report, forced=True)
+        return report
+
+    # ------------------------------------------------------------ claiming
+    def _claim_batch(self, size: int, report: PassReport) -> list[tuple[ActionRecord, str]]:
+        now = self.clock.now()
+        now_t = to_text(now)
+        until = to_text(plus(now, self.lease))
+        owner = "r-" + uuid.uuid4().hex
+        out: list[tuple[ActionRecord, str]] = []
+        with self.ledger.write() as c:
+            cur = c.execute(
+                "SELECT * FROM actions WHERE next_check_at IS NOT NULL AND next_check_at <= ?"
+                " ORDER BY next_check_at LIMIT ?",
+                (now_t, size),
+            )
+            names = [d[0] for d in cur.description]
+            rows = [ActionRecord.from_row(dict(zip(names, r, strict=True))) for r in cur.fetchall()]
+            for rec in rows:
+                if rec.status is Status.IN_FLIGHT:
+                    self._expire(c, rec, now, report)
+                    continue
+                c.execute(
+                    "UPDATE actions SET lease_owner = ?, next_check_at = ? WHERE action_id = ?",
+                    (owner, until, rec.action_id),
+                )
+                rec.lease_owner = owner
+                out.append((rec, owner))
+        return out
+
+    def _lease_one(self, rec: ActionRecord, owner: str, now: datetime) -> ActionRecord | None:
+        until = to_text(plus(now, self.lease))
+        with self.ledger.write() as c:
+            cur = c.execute(
+                "UPDATE actions SET lease_owner = ?, next_check_at = ? WHERE action_id = ?"
+                " AND status = ? AND (lease_owner IS NULL OR next_check_at IS NULL"
+                " OR next_check_at <= ?)",
+                (owner, until, rec.action_id, str(rec.status), to_text(now)),
+            )
+            if cur.rowcount != 1:
+                return None
+        rec.lease_owner = owner
+        return rec
+
+    def _expire(self, c: Any, rec: ActionRecord, now: datetime, report: PassReport) -> None:
+        """A dispatcher that held the claim is gone: its request may or may not have
+        left. Never re-send; the record becomes unresolved and, when the operation can
+        be queried, reconciliation starts now (rule 4: the budget starts here)."""
+        spec = self._spec(rec)
+        at = to_text(now)
+        reason = (
+            f"dispatcher lost: its lease expired at {rec.lease_expires_at} before an outcome "
+            "was recorded; the request may have been sent"
+        )
+        values: dict[str, Any] = {
+            "delivery": str(Delivery.UNKNOWN),
+            "lease_owner": None,
+            "lease_expires_at": None,
+            "next_check_at": None,
+        }
+        if spec is not None and _auto_checkable(spec, rec):
+            start = max(now, from_text(rec.eligible_at) or now)
+            values["verify_started_at"] = to_text(start)
+            values["verify_deadline_at"] = to_text(plus(start, spec.verify_deadline))
+            values["next_check_at"] = to_text(start)
+            reason += "; reconciliation will query the provider"
+        else:
+            reason += "; needs a person"
+        values["reason"] = reason
+        moved = self.ledger.apply(
+            c,
+            rec.action_id,
+            Status.IN_FLIGHT,
+            Status.DENIED_UNRESOLVED,
+            actor=self.actor,
+            kind="lease_expired",
+            at=at,
+            detail={"lease_owner": rec.lease_owner, "lease_expires_at": rec.lease_expires_at,
+                    "reason": reason},
+            values=values,
+            owner=rec.lease_owner,
+        )
+        if moved is not None:
+            self._note(report, Change(rec.action_id, "IN_FLIGHT", "DENIED_UNRESOLVED",
+                                      "lease_expired", reason, values["next_check_at"]))
+
+    # ------------------------------------------------------------ checking
+    def _spec(self, rec: ActionRecord) -> OperationSpec | None:
+        try:
+            return self.registry.operation(rec.provider, rec.operation)  # type: ignore[no-any-return]
+        except UnknownProvider:
+            return None
+
+    def _check(self, rec: ActionRecord, owner: str, report: PassReport, forced: bool = False) -> None:
+        now = self.clock.now()
+        spec = self._spec(rec)
+        if spec is None:
+            self._release(rec, owner, now, None,
+                          f"provider {rec.provider}.{rec.operation} is not configured here",
+                          report, keep_schedule=True)
+            return
+        if rec.requires_manual_verification or not spec.queryable:
+            why = (
+                "past its consistency window; only a person can verify acceptance (partial tier)"
+                if spec.tier is Tier.PARTIAL
+                else "no query can observe this effect; needs a person"
+            )
+            self._to_unresolved(rec, owner, now, why, {}, report)
+            return
+        faults.point("before_check")
+        obs = self.registry.provider(rec.provider).query(
+            QueryTarget(
+                action_id=rec.action_id,
+                operation=rec.operation,
+                params=rec.params,
+                reconciliation_key=rec.reconciliation_key,
+                provider_object_id=rec.provider_object_id,
+                snapshot=rec.snapshot,
+                attempt=rec.attempt,
+            )
+        )
+        now = self.clock.now()
+        evidence = {"seen": str(obs.seen), "detail": obs.detail[:300], "check": rec.checks + 1,
+                    **dict(obs.evidence)}
+        if obs.seen is Seen.APPLIED:
+            self._settle(rec, owner, now, Status.CONFIRMED, obs, evidence, report)
+        elif obs.seen is Seen.NOT_APPLIED:
+            self._settle(rec, owner, now, Status.FAILED, obs, evidence, report)
+        else:
+            deadline = from_text(rec.verify_deadline_at)
+            if deadline is None or now >= deadline:
+                why = (
+                    f"verification budget spent after {rec.checks + 1} check(s); last: "
+                    f"{obs.seen}" + (f" ({obs.detail[:200]})" if obs.detail else "")
+                )
+                self._to_unresolved(rec, owner, now, why, evidence, report)
+            else:
+                nxt = min(plus(now, spec.verify_interval), deadline)
+                reason = f"checked: {obs.seen}" + (f" ({obs.detail[:200]})" if obs.detail else "")
+                self._release(rec, owner, now, nxt, reason, report)
+
+    def _settle(self, rec: ActionRecord, owner: str, now: datetime, to: Status,
+                obs: Observation, evidence: dict[str, Any], report: PassReport) -> None:
+        at = to_text(now)
+        values: dict[str, Any] = {
+            "lease_owner": None,
+            "next_check_at": None,
+            "checks": rec.checks + 1,
+        }
+        if to is Status.CONFIRMED:
+            values.update(
+                acceptance=str(Acceptance.ACCEPTED),
+                delivery=str(Delivery.DELIVERED),
+                confirmed_at=at,
+                confirmed_by="reconciliation",
+                reason=None,
+            )
+            reason = "effect observed by reconciliation" + (f": {obs.detail[:200]}" if obs.detail else "")
+        else:
+            values.update(acceptance=str(Acceptance.REJECTED))
+            reason = "reconciliation proved the effect absent" + (f": {obs.detail[:200]}" if obs.detail else "")
+            values["reason"] = reason
+        if obs.object_id:
+            values["provider_object_id"] = obs.object_id
+        moved = self.ledger.transition(
+            rec.action_id, rec.status, to, actor=self.actor, kind="reconciled", at=at,
+            detail={**evidence, "reason": reason}, values=values, owner=owner,
+        )
+        if moved is not None:
+            self._note(report, Change(rec.action_id, str(rec.status), str(to), "reconciled", reason))
+
+    def _to_unresolved(self, rec: ActionRecord, owner: str, now: datetime, why: str,
+                       evidence: dict[str, Any], report: PassReport) -> None:
+        moved = self.ledger.transition(
+            rec.action_id, rec.status, Status.DENIED_UNRESOLVED, actor=self.actor,
+            kind="unresolved", at=to_text(now), detail={**evidence, "reason": why},
+            values={"lease_owner": None, "next_check_at": None, "reason": why,
+                    "checks": rec.checks + (1 if evidence else 0)},
+            owner=owner,
+        )
+        if moved is not None:
+            self._note(report, Change(rec.action_id, str(rec.status), "DENIED_UNRESOLVED",
+                                      "unresolved", why))
+
+    def _release(self, rec: ActionRecord, owner: str, now: datetime, nxt: datetime | None,
+                 reason: str, report: PassReport, keep_schedule: bool = False) -> None:
+        values: dict[str, Any] = {"lease_owner": None, "reason": reason}
+        if keep_schedule:
+            values["next_check_at"] = to_text(plus(now, self.lease))
+        else:
+            values["next_check_at"] = to_text(nxt)
+            values["checks"] = rec.checks + 1
+        self.ledger.reschedule(rec.action_id, frm=rec.status, owner=owner, values=values,
+                               at=to_text(now))
+        report.skipped.append(Change(rec.action_id, str(rec.status), str(rec.status), "waiting",
+                                     reason, values["next_check_at"]))
+
+    def _note(self, report: PassReport, change: Change) -> None:
+        report.changes.append(change)
+        if self.on_change is not None:
+            self.on_change(change)
+
+
+def _auto_checkable(spec: OperationSpec, rec: ActionRecord) -> bool:
+    return spec.queryable and not rec.requires_manual_verification
+
+
+__all__ = ["Change", "PassReport", "Reconciler", "NotFound"]
