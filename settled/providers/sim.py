@@ -1,0 +1,307 @@
+"""The ``sim`` provider: an httpx client for :mod:`settled.providers.sim_server`.
+
+It declares one operation per tier (and a snapshotting ``set``), puts each request on
+the wire once, and reports only what the wire showed (``base.py``). Reply bodies are
+read up to :data:`MAX_BODY` bytes; a larger reply is left unread.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from .. import faults
+from ..errors import ConfigError, UnknownProvider
+from ..model import Tier
+from .base import (
+    BaseProvider,
+    Observation,
+    OperationSpec,
+    QueryTarget,
+    Request,
+    Seen,
+    Wire,
+    WireResult,
+)
+
+MAX_BODY = 1024 * 1024
+TOO_BIG = f"reply larger than {MAX_BODY} bytes, not read"
+
+# key -> (accepted types, description for the error message, default)
+_CONF: dict[str, tuple[tuple[type, ...], str, Any]] = {
+    "base_url": ((str,), 'a URL string, e.g. base_url = "http://127.0.0.1:8080"', None),
+    "dedupe": ((bool,), "true or false", False),
+    "timeout": ((int, float), "a number of seconds > 0, e.g. timeout = 5.0", 5.0),
+    "consistency_window": ((int, float), "a number of seconds >= 0, e.g. 30", 30.0),
+    "attempts": ((int,), "a whole number >= 1, e.g. attempts = 3", 3),
+    "verify_interval": ((int, float), "a number of seconds > 0, e.g. 2", 2.0),
+    "verify_deadline": ((int, float), "a number of seconds > 0, e.g. 300", 300.0),
+}
+_MINIMUM = {"timeout": 0.0, "verify_interval": 0.0, "verify_deadline": 0.0}  # exclusive
+_AT_LEAST = {"consistency_window": 0.0, "attempts": 1}  # inclusive
+
+
+def _settings(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate ``conf``: a one-line ConfigError naming the key and the fix. The
+    registry prefixes the message with where the section lives (``providers.NAME``)."""
+    unknown = sorted(set(conf) - set(_CONF))
+    if unknown:
+        allowed = ", ".join(_CONF)
+        raise ConfigError(f"unknown key {unknown[0]!r}; remove it (allowed: {allowed})")
+    if "base_url" not in conf:
+        raise ConfigError('base_url is missing; add base_url = "http://127.0.0.1:PORT"')
+    out: dict[str, Any] = {}
+    for key, (types, fix, default) in _CONF.items():
+        value = conf.get(key, default)
+        # bool is an int in Python; only "dedupe" may be one.
+        wrong = not isinstance(value, types) or (isinstance(value, bool) and bool not in types)
+        if not wrong and key in _MINIMUM:
+            wrong = not value > _MINIMUM[key]
+        if not wrong and key in _AT_LEAST:
+            wrong = not value >= _AT_LEAST[key]
+        if not wrong and key == "base_url":
+            wrong = not value.startswith(("http://", "https://"))
+        if wrong:
+            raise ConfigError(f"{key} = {value!r} is invalid; use {fix}")
+        out[key] = value
+    out["base_url"] = out["base_url"].rstrip("/")
+    return out
+
+
+def create(name: str, conf: Mapping[str, Any], client: httpx.Client) -> SimProvider:
+    return SimProvider(name, _settings(conf), client)
+
+
+class SimProvider(BaseProvider):
+    def __init__(self, name: str, settings: Mapping[str, Any], client: httpx.Client) -> None:
+        self.name = name
+        self._base = settings["base_url"]
+        self._timeout = float(settings["timeout"])
+        self._client = client
+        common: dict[str, Any] = {
+            "consistency_window": float(settings["consistency_window"]),
+            "attempts": settings["attempts"],
+            "dedupes_keys": settings["dedupe"],
+            "timeout": self._timeout,
+            "verify_interval": float(settings["verify_interval"]),
+            "verify_deadline": float(settings["verify_deadline"]),
+        }
+        effects = "GET /v1/effects/{reconciliation_key}"
+        self._ops = {
+            "book": OperationSpec(
+                "book", Tier.FULL, queryable=True, carries_key=True, verifies=effects, **common
+            ),
+            "send": OperationSpec(
+                "send", Tier.RECONCILABLE, queryable=True, carries_key=True, verifies=effects,
+                **common,
+            ),
+            "deliver": OperationSpec(
+                "deliver", Tier.PARTIAL, carries_key=True,
+                verifies="a person: the receipt proves delivery only", **common,
+            ),
+            "notify": OperationSpec("notify", Tier.BLIND, verifies="nothing can", **common),
+            "set": OperationSpec(
+                "set", Tier.RECONCILABLE, queryable=True, snapshots=True,
+                verifies="GET /v1/settings/{name}, compared with the snapshot", **common,
+            ),
+        }  # fmt: skip
+
+    def operations(self) -> Mapping[str, OperationSpec]:
+        return self._ops
+
+    # -- execute ----------------------------------------------------------------------
+
+    def execute(self, request: Request) -> WireResult:
+        if request.operation not in self._ops:
+            raise UnknownProvider(f"{self.name} has no operation {request.operation!r}")
+        body = {
+            "action_id": request.action_id,
+            "reconciliation_key": request.reconciliation_key,
+            "params": request.params,
+        }
+        url = f"{self._base}/v1/{request.operation}"
+        headers = {"Idempotency-Key": request.idempotency_key}
+        try:
+            with self._client.stream(
+                "POST",
+                url,
+                json=body,
+                headers=headers,
+                timeout=request.timeout,
+                extensions=_AFTER_SEND,
+            ) as resp:
+                raw, problem = _read_capped(resp)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            # Nothing left this machine: refused, unreachable, no free connection.
+            return WireResult(Wire.NOT_CONNECTED, detail=_describe(exc))
+        except httpx.TransportError as exc:
+            # Sent, or maybe sent, and no status line came back.
+            return WireResult(Wire.NO_ANSWER, detail=_describe(exc))
+        return _answered(request.operation, resp, raw, problem)
+
+    # -- query and snapshot -------------------------------------------------------------
+
+    def query(self, target: QueryTarget) -> Observation:
+        op = target.operation
+        if op in ("book", "send"):
+            return self._query_effect(target)
+        if op == "set":
+            return self._query_setting(target)
+        return Observation(Seen.UNKNOWN, detail=f"{self.name}.{op} has no query")
+
+    def snapshot(self, operation: str, params: Any) -> Any:
+        if operation != "set":
+            return None
+        name = _setting_name(params)
+        if name is None:
+            return {"error": 'params lack a "name" string'}
+        value, error = self._read_setting(name)
+        return {"error": error} if error else {"value": value}
+
+    def _query_effect(self, target: QueryTarget) -> Observation:
+        if target.reconciliation_key is None:
+            return Observation(Seen.UNKNOWN, detail="no reconciliation key to query")
+        url = f"{self._base}/v1/effects/{quote(target.reconciliation_key, safe='')}"
+        code, body, error = self._get(url)
+        evidence = {"status_code": code, "body": body}
+        if error:
+            return Observation(Seen.UNKNOWN, detail=error, evidence=evidence)
+        if code == 404:
+            return Observation(Seen.NOT_YET, detail="no effect visible yet", evidence=evidence)
+        status = body.get("status") if isinstance(body, dict) else None
+        if code == 200 and status in ("applied", "delivered"):
+            oid = body.get("id") if isinstance(body.get("id"), str) else None
+            return Observation(Seen.APPLIED, oid, f"effect {status}", evidence)
+        if code == 200 and status == "bounced":
+            return Observation(Seen.NOT_APPLIED, detail="bounced", evidence=evidence)
+        return Observation(Seen.UNKNOWN, detail=f"unexpected reply HTTP {code}", evidence=evidence)
+
+    def _query_setting(self, target: QueryTarget) -> Observation:
+        name = _setting_name(target.params)
+        if name is None:
+            return Observation(Seen.UNKNOWN, detail='params lack a "name" string')
+        desired = target.params.get("value")
+        now, error = self._read_setting(name)
+        evidence: dict[str, Any] = {"value": now, "snapshot": target.snapshot}
+        if error:
+            return Observation(Seen.UNKNOWN, detail=error, evidence=evidence)
+        snap = target.snapshot
+        if not (isinstance(snap, Mapping) and "value" in snap):
+            # No trustworthy "before": a matching value cannot be attributed to us.
+            if now == desired:
+                detail = f"value is {desired!r} but there is no snapshot: cannot attribute"
+                return Observation(Seen.AMBIGUOUS, detail=detail, evidence=evidence)
+            detail = f"value is {now!r}, not yet {desired!r} (no snapshot to compare)"
+            return Observation(Seen.NOT_YET, detail=detail, evidence=evidence)
+        before = snap["value"]
+        if before == desired:
+            detail = f"value was already {desired!r} before dispatch: cannot attribute"
+            return Observation(Seen.AMBIGUOUS, detail=detail, evidence=evidence)
+        if now == desired:
+            return Observation(Seen.APPLIED, detail=f"changed to {desired!r}", evidence=evidence)
+        if now == before:
+            return Observation(Seen.NOT_YET, detail=f"still {now!r}", evidence=evidence)
+        detail = f"changed to {now!r}, not to {desired!r}: someone else changed it"
+        return Observation(Seen.AMBIGUOUS, detail=detail, evidence=evidence)
+
+    def _read_setting(self, name: str) -> tuple[Any, str]:
+        code, body, error = self._get(f"{self._base}/v1/settings/{quote(name, safe='')}")
+        if error:
+            return None, error
+        if code != 200 or not isinstance(body, dict) or "value" not in body:
+            return None, f"unexpected reply HTTP {code}"
+        return body["value"], ""
+
+    def _get(self, url: str) -> tuple[int | None, Any, str]:
+        """``(status_code, parsed body, error)``; error is "" when the body is JSON."""
+        try:
+            with self._client.stream("GET", url, timeout=self._timeout) as resp:
+                raw, problem = _read_capped(resp)
+        except httpx.TransportError as exc:
+            return None, None, _describe(exc)
+        if raw is None:
+            return resp.status_code, None, problem
+        body, problem = _parse(raw)
+        return resp.status_code, body, problem
+
+
+def _after_send_trace(event: str, info: Mapping[str, Any]) -> None:
+    if event == "http11.send_request_body.complete":
+        faults.point("after_send")  # request written, reply not read
+
+
+# The ``after_send`` crash point (settled.faults) sits inside httpcore, via its trace
+# hook; unarmed, no hook is installed at all.
+_AFTER_SEND: dict[str, Any] = {"trace": _after_send_trace} if faults.ARMED == "after_send" else {}
+
+
+def _answered(op: str, resp: httpx.Response, raw: bytes | None, problem: str) -> WireResult:
+    """A status line came back: report it; never fail because of the body."""
+    code = resp.status_code
+    notes = [f"HTTP {code}"]
+    body: Any = None
+    if raw is None:
+        notes.append(problem)
+    elif raw:
+        body, problem = _parse(raw)
+        if problem:
+            notes.append(problem)
+        elif not 200 <= code < 300:
+            notes.append(f"body: {raw[:200].decode('utf-8', 'replace')}")
+    object_id = None
+    if isinstance(body, dict):
+        found = body.get("id", body.get("receipt"))
+        object_id = found if isinstance(found, str) else None
+    # Only a booking's 201 "booked" proves the effect; every other reply proves nothing.
+    proved = (
+        op == "book" and code == 201 and isinstance(body, dict) and body.get("status") == "booked"
+    )
+    return WireResult(
+        Wire.ANSWERED,
+        status_code=code,
+        object_id=object_id,
+        applied=True if proved else None,
+        detail="; ".join(notes),
+    )
+
+
+def _read_capped(resp: httpx.Response) -> tuple[bytes | None, str]:
+    """The body, or ``(None, why)`` when it is larger than MAX_BODY or unreadable.
+
+    Stops reading at the cap, so a huge reply never sits in memory; leaving the
+    ``stream`` block then closes the connection instead of draining it."""
+    declared = resp.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY:
+        return None, TOO_BIG
+    buf = bytearray()
+    try:
+        for chunk in resp.iter_bytes():
+            buf += chunk
+            if len(buf) > MAX_BODY:
+                return None, TOO_BIG
+    except (httpx.TransportError, httpx.DecodingError) as exc:
+        return None, f"reply body unreadable: {_describe(exc)}"
+    return bytes(buf), ""
+
+
+def _parse(raw: bytes) -> tuple[Any, str]:
+    try:
+        return json.loads(raw), ""
+    except UnicodeDecodeError:
+        return None, "reply body is not valid UTF-8"
+    except ValueError:
+        return None, "reply body is not JSON"
+
+
+def _setting_name(params: Any) -> str | None:
+    name = params.get("name") if isinstance(params, Mapping) else None
+    return name if isinstance(name, str) else None
+
+
+def _describe(exc: Exception) -> str:
+    text = str(exc) or "no message"
+    return f"{type(exc).__name__}: {text}"
