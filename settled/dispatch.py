@@ -193,7 +193,7 @@ class Dispatcher:
         }
         record, created = self.ledger.record(row, actor=self.actor, at=at)
         if not created:
-            return _existing(record)
+            return _as_found(record, "action already exists with the same params; nothing sent")
         if needs_confirmation:
             return Report(
                 Outcome.RECORDED,
@@ -313,9 +313,9 @@ class Dispatcher:
                 "snapshot": _dumps(snapshot) if snapshot is not None else None,
             },
         )
-        if claimed is None:
+        if claimed is None:  # another caller won the claim: report what it left
             current = self.ledger.get(record.action_id)
-            return Report(Outcome.IN_PROGRESS, current, None, f"claimed elsewhere; now {current.status}")
+            return _as_found(current, f"claimed by another caller; now {current.status}")
         faults.point("after_claim")
 
         tries: list[dict[str, Any]] = []
@@ -491,8 +491,8 @@ def _outcome(
     return Status.DENIED_UNRESOLVED, values, values["reason"]
 
 
-def _existing(record: ActionRecord) -> Report:
-    msg = "action already exists with the same params; nothing sent"
+def _as_found(record: ActionRecord, msg: str) -> Report:
+    """Rule 8's answers for a record this caller did not send."""
     if record.terminal:
         return Report(Outcome.ALREADY_COMPLETED, record, RESULT_BY_STATUS[record.status], msg)
     if record.status is Status.DENIED_UNRESOLVED:

@@ -50,23 +50,20 @@ demo.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: exit codes per DESIGN.md §2, never a traceback."""
-    import click
+    """Console entry point: exit codes per DESIGN.md §2, never a traceback.
 
+    Typer/Click handle usage errors (exit 2) and ``typer.Exit`` codes themselves;
+    everything else is converted here, in one place."""
     from ..errors import SettledError
 
     debug = bool(os.environ.get("SETTLED_DEBUG"))
+    code = 0
     try:
-        rv = app(args=argv, standalone_mode=False, prog_name="settled")
-    except click.exceptions.UsageError as exc:
-        exc.show()
-        code = 2
-    except click.exceptions.Abort:
-        print("settled: aborted", file=sys.stderr)
-        code = 130
-    except click.exceptions.ClickException as exc:
-        exc.show()
-        code = exc.exit_code
+        app(args=argv, prog_name="settled")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if not isinstance(exc.code, int | None):
+            print(f"settled: error: {exc.code}", file=sys.stderr)
     except SettledError as exc:
         if debug:
             raise
@@ -89,8 +86,6 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         code = 1
-    else:
-        code = rv if isinstance(rv, int) else 0
     finally:
         common.STATE.close()
     sys.exit(code)

@@ -76,7 +76,11 @@ def emit_json(data: Any) -> None:
 def console(stderr: bool = False) -> Any:
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False)
+    stream = sys.stderr if stderr else sys.stdout
+    width = None
+    if not stream.isatty():  # logs and pipes: don't fold rows at 80 columns
+        width = int(os.environ.get("COLUMNS", "0") or 0) or 200
+    return Console(stderr=stderr, highlight=False, width=width)
 
 
 STATUS_STYLE = {

@@ -1,0 +1,169 @@
+"""The ledger file: created 0600, never writes to what is not a ledger, append-only
+events, migrations, bounded waits on a locked ledger."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+from settled import migrations
+from settled.errors import Conflict, LedgerBusy, LedgerError, TransitionNotAllowed
+from settled.ledger import APPLICATION_ID, SCHEMA_VERSION, Ledger
+from settled.model import Status
+
+
+def _row(aid: str = "a-1", params: str = "{}", phash: str = "h1") -> dict[str, object]:
+    return {
+        "action_id": aid, "provider": "p", "operation": "o", "params": params,
+        "params_hash": phash, "tier": "full", "reconciliation_key": None,
+        "eligible_at": None, "requires_manual_verification": 0, "attempt": 1,
+        "idempotency_key": f"{aid}:1", "status": "PENDING", "delivery": "PENDING",
+        "acceptance": "UNKNOWN", "created_at": "2026-01-01T00:00:00.000000Z",
+        "updated_at": "2026-01-01T00:00:00.000000Z", "checks": 0,
+    }
+
+
+def test_new_ledger_is_0600_even_with_a_loose_umask(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        path = tmp_path / "new.db"
+        Ledger.open(path).close()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_pragmas_and_identity(ledger: Ledger) -> None:
+    c = ledger.conn
+    assert c.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert c.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert c.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+    assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_schema_version_matches_migrations() -> None:
+    assert SCHEMA_VERSION == migrations.LATEST
+
+
+def test_migrating_an_empty_database_gives_the_schema(tmp_path: Path) -> None:
+    with Ledger.open(tmp_path / "a.db") as led:
+        tables = {r[0] for r in led.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        triggers = {r[0] for r in led.conn.execute("SELECT name FROM sqlite_master WHERE type='trigger'")}
+        indexes = {r[0] for r in led.conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        applied = [r[0] for r in led.conn.execute("SELECT name FROM _migrations")]
+        cols = [r[1] for r in led.conn.execute("PRAGMA table_info(actions)")]
+    assert {"actions", "events", "_migrations"} <= tables
+    assert triggers == {"events_no_update", "events_no_delete", "actions_no_delete"}
+    assert {"actions_due", "actions_status", "events_action"} <= indexes
+    assert applied == [name for name, _ in migrations.MIGRATIONS]
+    for field in ("action_id", "params_hash", "eligible_at", "idempotency_key", "next_check_at"):
+        assert field in cols
+    # reopening applies nothing twice
+    with Ledger.open(tmp_path / "a.db") as led:
+        assert led.conn.execute("SELECT count(*) FROM _migrations").fetchone()[0] == len(applied)
+
+
+def test_due_scan_uses_the_partial_index(ledger: Ledger) -> None:
+    plan = " ".join(
+        str(r) for r in ledger.conn.execute(
+            "EXPLAIN QUERY PLAN SELECT * FROM actions WHERE next_check_at IS NOT NULL "
+            "AND next_check_at <= ? ORDER BY next_check_at LIMIT 10", ("z",)
+        )
+    )
+    assert "actions_due" in plan
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"this is my shopping list\n", b"\x00" * 4096, b"SQLite format 3\x00" + b"\xff" * 5000],
+    ids=["text", "zeros", "corrupt-sqlite"],
+)
+def test_not_a_ledger_is_never_written(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "x.db"
+    path.write_bytes(content)
+    with pytest.raises(LedgerError):
+        Ledger.open(path)
+    assert path.read_bytes() == content
+
+
+def test_other_sqlite_database_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE notes (x)")
+    con.commit()
+    con.close()
+    before = path.read_bytes()
+    with pytest.raises(LedgerError, match="not a settled ledger"):
+        Ledger.open(path)
+    assert path.read_bytes() == before
+
+
+def test_truncated_ledger_is_refused_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    with Ledger.open(path) as led:
+        led.record(_row(), actor="t", at="2026-01-01T00:00:00.000000Z")
+        led.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = path.read_bytes()
+    cut = data[: len(data) // 2 + 7]
+    path.write_bytes(cut)
+    for suffix in ("-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    with pytest.raises(LedgerError):
+        with Ledger.open(path) as led:
+            led.get("a-1")
+    assert path.read_bytes() == cut
+
+
+def test_events_are_append_only_in_the_database(ledger: Ledger) -> None:
+    ledger.record(_row(), actor="t", at="2026-01-01T00:00:00.000000Z")
+    for sql in ("UPDATE events SET actor = 'x'", "DELETE FROM events", "DELETE FROM actions"):
+        with pytest.raises(sqlite3.IntegrityError):
+            ledger.conn.execute(sql)
+    assert ledger.events("a-1")[0].actor == "t"
+
+
+def test_record_same_id_other_params_is_a_conflict(ledger: Ledger) -> None:
+    rec, created = ledger.record(_row(), actor="t", at="2026-01-01T00:00:00.000000Z")
+    assert created
+    again, created2 = ledger.record(_row(), actor="t", at="2026-01-01T00:00:01.000000Z")
+    assert not created2 and again.action_id == rec.action_id
+    with pytest.raises(Conflict):
+        ledger.record(_row(params='{"a":1}', phash="h2"), actor="t", at="x")
+    assert len(ledger.events("a-1")) == 1
+
+
+def test_transition_guard_and_table(ledger: Ledger) -> None:
+    ledger.record(_row(), actor="t", at="2026-01-01T00:00:00.000000Z")
+    with pytest.raises(TransitionNotAllowed):
+        ledger.transition("a-1", Status.PENDING, Status.CONFIRMED, actor="t", kind="x", at="y")
+    won = ledger.transition("a-1", Status.PENDING, Status.IN_FLIGHT, actor="t", kind="claimed", at="y")
+    lost = ledger.transition("a-1", Status.PENDING, Status.IN_FLIGHT, actor="t", kind="claimed", at="y")
+    assert won is not None and won.status is Status.IN_FLIGHT
+    assert lost is None
+    assert [e.kind for e in ledger.events("a-1")] == ["recorded", "claimed"]
+    with pytest.raises(ValueError):
+        ledger.transition("a-1", Status.IN_FLIGHT, Status.FAILED, actor="t", kind="x", at="y",
+                          values={"action_id": "evil"})
+
+
+def test_locked_ledger_waits_a_bounded_time_then_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    with Ledger.open(path) as led:
+        led.record(_row(), actor="t", at="2026-01-01T00:00:00.000000Z")
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with Ledger.open(path, busy_timeout=0.3) as led:
+            assert led.get("a-1").status is Status.PENDING  # reads still work under WAL
+            with pytest.raises(LedgerBusy, match="locked by another writer"):
+                led.transition("a-1", Status.PENDING, Status.IN_FLIGHT, actor="t", kind="c", at="y")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    with Ledger.open(path) as led:
+        assert led.get("a-1").status is Status.PENDING
+        assert len(led.events("a-1")) == 1

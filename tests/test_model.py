@@ -1,0 +1,86 @@
+"""The state machine and the strategy rules, with an injected clock."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from settled.errors import TransitionNotAllowed
+from settled.model import (
+    TRANSITIONS,
+    Status,
+    Tier,
+    build_strategy,
+    check_transition,
+    idempotency_key,
+)
+
+ALL_PAIRS = list(itertools.product(Status, Status))
+
+
+@pytest.mark.parametrize(("frm", "to"), sorted(TRANSITIONS))
+def test_every_allowed_move_is_allowed(frm: Status, to: Status) -> None:
+    check_transition(frm, to)
+
+
+@pytest.mark.parametrize(("frm", "to"), [p for p in ALL_PAIRS if p not in TRANSITIONS])
+def test_every_other_move_is_refused(frm: Status, to: Status) -> None:
+    with pytest.raises(TransitionNotAllowed):
+        check_transition(frm, to)
+
+
+def test_the_table_keeps_the_promises() -> None:
+    # Nothing leaves CONFIRMED; a new attempt only from FAILED; unresolved never
+    # goes back to PENDING (no silent re-send).
+    assert not [p for p in TRANSITIONS if p[0] is Status.CONFIRMED]
+    assert [p for p in TRANSITIONS if p[1] is Status.PENDING] == [(Status.FAILED, Status.PENDING)]
+    assert (Status.DENIED_UNRESOLVED, Status.IN_FLIGHT) not in TRANSITIONS
+    assert [p for p in TRANSITIONS if p[1] is Status.IN_FLIGHT] == [(Status.PENDING, Status.IN_FLIGHT)]
+
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def test_strategy_full() -> None:
+    s = build_strategy(Tier.FULL, NOW, 30)
+    assert (s.tier, s.reconciliation_key, s.eligible_at, s.requires_manual_verification) == (
+        Tier.FULL, None, NOW, False)
+
+
+def test_strategy_full_that_carries_a_key_gets_one() -> None:
+    s = build_strategy("full", NOW, 30, carries_key=True)
+    assert s.reconciliation_key and s.eligible_at == NOW and not s.requires_manual_verification
+
+
+def test_strategy_reconcilable() -> None:
+    s = build_strategy(Tier.RECONCILABLE, NOW, 45)
+    assert s.reconciliation_key and s.reconciliation_key.startswith("stl-")
+    assert s.eligible_at == NOW + timedelta(seconds=45)
+    assert s.requires_manual_verification is False
+
+
+def test_strategy_partial() -> None:
+    s = build_strategy(Tier.PARTIAL, NOW, 10)
+    assert s.reconciliation_key
+    assert s.eligible_at == NOW + timedelta(seconds=10)
+    assert s.requires_manual_verification is True
+
+
+def test_strategy_blind() -> None:
+    s = build_strategy(Tier.BLIND, NOW, 10)
+    assert (s.reconciliation_key, s.eligible_at, s.requires_manual_verification) == (None, None, True)
+
+
+def test_keys_are_unique_and_idempotency_key_format() -> None:
+    keys = {build_strategy(Tier.RECONCILABLE, NOW).reconciliation_key for _ in range(200)}
+    assert len(keys) == 200
+    assert idempotency_key("order-7", 2) == "order-7:2"
+
+
+def test_bad_tier_and_window() -> None:
+    with pytest.raises(ValueError):
+        build_strategy("gold", NOW)
+    with pytest.raises(ValueError):
+        build_strategy(Tier.FULL, NOW, -1)
