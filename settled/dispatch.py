@@ -444,7 +444,9 @@ def _outcome(
             delivery=str(Delivery.DELIVERED),
             acceptance=str(Acceptance.REJECTED),
             next_check_at=None,
-            reason=f"rejected by the provider{code}: {wire.detail[:200]}".rstrip(": "),
+            reason=f"rejected by the provider: {wire.detail[:200]}"
+            if wire.detail
+            else f"rejected by the provider{code}",
         )
         return Status.FAILED, values, values["reason"]
     if verdict is Verdict.NEVER_SENT:

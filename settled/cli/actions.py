@@ -253,8 +253,14 @@ def render_queue(rows: list[Any], now: Any, statuses: list[str]) -> None:
         con.print(f"queue ({', '.join(statuses)}): empty")
         return
     t = Table(title=f"queue: {', '.join(statuses)} ({len(rows)})", title_justify="left")
-    for col in ("action", "age", "provider/operation", "tier", "att", "status", "settles next", "why"):
-        t.add_column(col, overflow="fold")
+    t.add_column("action", no_wrap=True)
+    t.add_column("age", no_wrap=True)
+    t.add_column("operation", no_wrap=True)
+    t.add_column("tier", no_wrap=True)
+    t.add_column("att", justify="right")
+    t.add_column("status", no_wrap=True)
+    t.add_column("settles next")
+    t.add_column("why", max_width=60)
     for r in rows:
         t.add_row(
             r.action_id,

@@ -12,14 +12,14 @@ from .common import STATUS_STYLE, console, next_step
 
 # (action id, operation, fault, what it shows)
 SCRIPT = [
-    ("demo-book", "book", "ok", "full tier: the reply proves the booking"),
-    ("demo-send-lag", "send", "lag:0.8", "reconcilable: accepted, visible 0.8 s later"),
-    ("demo-send-lost", "send", "lost_after_accept", "reconcilable: 202, then lost by the provider"),
-    ("demo-send-bounce", "send", "bounce", "reconcilable: accepted, then bounced"),
-    ("demo-send-timeout", "send", "timeout_after_apply", "applied, but the reply never came"),
+    ("demo-book", "book", "ok", "reply proves the booking"),
+    ("demo-send-lag", "send", "lag:0.8", "202; visible 0.8 s later"),
+    ("demo-send-lost", "send", "lost_after_accept", "202; then lost by provider"),
+    ("demo-send-bounce", "send", "bounce", "202; then bounced"),
+    ("demo-send-timeout", "send", "timeout_after_apply", "applied; reply never came"),
     ("demo-book-reject", "book", "reject", "rejected with 422"),
-    ("demo-deliver", "deliver", "ok", "partial: delivery receipt only"),
-    ("demo-notify", "notify", "ok", "blind: no receipt, no query"),
+    ("demo-deliver", "deliver", "ok", "delivery receipt only"),
+    ("demo-notify", "notify", "ok", "no receipt, no query"),
 ]
 
 
@@ -102,20 +102,30 @@ def register(app: typer.Typer) -> None:
 def _final_table(con: object, ledger: object, server: object) -> None:
     from rich.table import Table
 
-    t = Table(title="how each action ended", title_justify="left")
-    for col in ("action", "tier", "scenario", "status", "confirmed by", "sent", "applied", "why / next"):
-        t.add_column(col, overflow="fold")
-    for aid, _op, _fault, what in [*SCRIPT, ("demo-confirm", "book", "ok", "needs confirmation, confirmed twice")]:
+    t = Table(
+        title="how each action ended (sent/applied: what the provider really saw)",
+        title_justify="left",
+    )
+    t.add_column("action", no_wrap=True)
+    t.add_column("tier")
+    t.add_column("scenario")
+    t.add_column("status", no_wrap=True)
+    t.add_column("sent/applied", justify="center")
+    t.add_column("why", max_width=60)
+    extra = ("demo-confirm", "book", "ok", "confirmed twice")
+    for aid, _op, _fault, what in [*SCRIPT, extra]:
         r = ledger.get(aid)  # type: ignore[attr-defined]
         style = STATUS_STYLE[str(r.status)]
+        if r.status == "CONFIRMED":
+            why = f"effect observed by {r.confirmed_by}"
+        else:
+            why = r.reason or next_step(r)
         t.add_row(
             aid,
             str(r.tier),
             what,
             f"[{style}]{r.status}[/]",
-            r.confirmed_by or "-",
-            str(len(server.requests_for(aid))),  # type: ignore[attr-defined]
-            str(server.effects_for(aid)),  # type: ignore[attr-defined]
-            (r.reason or next_step(r))[:90] if not r.terminal or r.status == "FAILED" else "-",
+            f"{len(server.requests_for(aid))}/{server.effects_for(aid)}",  # type: ignore[attr-defined]
+            why,
         )
     con.print(t)  # type: ignore[attr-defined]
