@@ -508,4 +508,4 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
-__all__ = ["Dispatcher", "DispatchSettings", "Outcome", "Report", "Result", "classify", "NotFound"]
+__all__ = ["DispatchSettings", "Dispatcher", "NotFound", "Outcome", "Report", "Result", "classify"]

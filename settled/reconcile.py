@@ -342,4 +342,4 @@ def _auto_checkable(spec: OperationSpec, rec: ActionRecord) -> bool:
     return spec.queryable and not rec.requires_manual_verification
 
 
-__all__ = ["Change", "PassReport", "Reconciler", "NotFound"]
+__all__ = ["Change", "NotFound", "PassReport", "Reconciler"]

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
-from conftest import run_cli, write_config
 from settled.model import RECORD_FIELDS
 from settled.providers.sim_server import SimServer
 

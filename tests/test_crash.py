@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from conftest import popen_cli, run_cli, sim_conf, write_config
+
 from settled.providers.sim_server import SimServer
 
 

@@ -6,6 +6,7 @@ import socket
 from collections.abc import Iterator
 
 import pytest
+from conftest import sim_conf
 
 from settled.clock import FakeClock
 from settled.dispatch import Dispatcher, Outcome, Result, Verdict, classify
@@ -15,8 +16,6 @@ from settled.model import Status, Tier
 from settled.providers import Registry
 from settled.providers.base import OperationSpec, Wire, WireResult
 from settled.providers.sim_server import SimServer
-
-from conftest import sim_conf
 
 
 def make(ledger: Ledger, sim: SimServer, **conf: object) -> tuple[Dispatcher, Registry]:

@@ -112,9 +112,8 @@ def test_truncated_ledger_is_refused_unchanged(tmp_path: Path) -> None:
     path.write_bytes(cut)
     for suffix in ("-wal", "-shm"):
         Path(str(path) + suffix).unlink(missing_ok=True)
-    with pytest.raises(LedgerError):
-        with Ledger.open(path) as led:
-            led.get("a-1")
+    with pytest.raises(LedgerError), Ledger.open(path) as led:
+        led.get("a-1")
     assert path.read_bytes() == cut
 
 

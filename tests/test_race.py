@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import popen_cli, run_cli
+
 from settled.providers.sim_server import SimServer
 
 PROCS = 8

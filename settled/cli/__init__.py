@@ -42,7 +42,7 @@ def _globals(
     common.STATE.config_path = config
 
 
-from . import actions, demo, providers_cmd  # noqa: E402  (commands register on `app`)
+from . import actions, demo, providers_cmd
 
 actions.register(app)
 providers_cmd.register(app)
