@@ -6,7 +6,11 @@ import settled
 
 
 def test_all_is_sorted_and_importable() -> None:
-    assert settled.__all__ == sorted(settled.__all__)
+    # isort-style order: CONSTANTS, then Classes, then functions, each alphabetical
+    def key(n: str) -> tuple[int, str]:
+        return (0 if n.isupper() else 1 if n[0].isupper() else 2, n)
+
+    assert settled.__all__ == sorted(settled.__all__, key=key)
     for name in settled.__all__:
         assert hasattr(settled, name), name
 
