@@ -92,7 +92,8 @@ class SimProvider(BaseProvider):
         effects = "GET /v1/effects/{reconciliation_key}"
         self._ops = {
             "book": OperationSpec(
-                "book", Tier.FULL, queryable=True, carries_key=True, verifies=effects, **common
+                "book", Tier.FULL, queryable=True, carries_key=True, verifies=effects,
+                proof='201 {"status": "booked"}', **common
             ),
             "send": OperationSpec(
                 "send", Tier.RECONCILABLE, queryable=True, carries_key=True, verifies=effects,
