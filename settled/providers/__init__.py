@@ -127,6 +127,12 @@ class Registry:
         for name in self.names():
             self.provider(name)
 
+    def __enter__(self) -> Registry:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         for p in self._providers.values():
             p.close()
