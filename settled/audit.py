@@ -124,8 +124,13 @@ class OperationAudit:
             "declared": self.spec.to_json() if self.spec else None,
             "debt": self.debt,
             "answers": [
-                {"question": a.question, "text": QUESTIONS[a.question], "answer": a.answer,
-                 "why": a.why, "debt": a.debt}
+                {
+                    "question": a.question,
+                    "text": QUESTIONS[a.question],
+                    "answer": a.answer,
+                    "why": a.why,
+                    "debt": a.debt,
+                }
                 for a in self.answers
             ],
             "figures": self.figures.to_json(),
@@ -155,43 +160,84 @@ def answer(spec: OperationSpec) -> list[Answer]:
         q1 = (
             Answer("q1", "yes", f"the reply proves the effect only when: {spec.proof}")
             if spec.proof
-            else Answer("q1", "partly", "declared full, but the provider does not say what in its reply proves it")
+            else Answer(
+                "q1",
+                "partly",
+                "declared full, but the provider does not say what in its reply proves it",
+            )
         )
         q2 = (
             Answer("q2", "yes", f"a lost or ambiguous reply is reconciled by: {spec.verifies}")
             if spec.queryable and (spec.carries_key or not spec.query_by_object_id)
-            else Answer("q2", "partly", "a lost or ambiguous reply can only be settled by a person (no query by key)")
+            else Answer(
+                "q2",
+                "partly",
+                "a lost or ambiguous reply can only be settled by a person (no query by key)",
+            )
         )
-        q3 = Answer("q3", "yes", "CONFIRMED only on a reply that proves the effect, or an observation")
+        q3 = Answer(
+            "q3", "yes", "CONFIRMED only on a reply that proves the effect, or an observation"
+        )
     elif tier is Tier.RECONCILABLE:
         q1 = Answer("q1", "yes", "settled reads every reply as accepted only, never as applied")
         if not spec.queryable:
-            q2 = Answer("q2", "no", "declared reconcilable but has no query: nothing can reach a terminal state", True)
+            q2 = Answer(
+                "q2",
+                "no",
+                "declared reconcilable but has no query: nothing can reach a terminal state",
+                True,
+            )
         elif spec.query_by_object_id:
-            q2 = Answer("q2", "partly", "the query needs the id from the reply; a lost reply leaves it to a person")
+            q2 = Answer(
+                "q2",
+                "partly",
+                "the query needs the id from the reply; a lost reply leaves it to a person",
+            )
         else:
             q2 = Answer("q2", "yes", f"the verifier queries the real effect: {spec.verifies}")
         q3 = Answer("q3", "yes", "CONFIRMED only after the query observes the effect")
     elif tier is Tier.PARTIAL:
-        q1 = Answer("q1", "manual", "the reply proves delivery only (declared partial); settled never reads it as applied")
-        q2 = Answer("q2", "manual", "past the window a person verifies (settled resolve); declared honestly")
+        q1 = Answer(
+            "q1",
+            "manual",
+            "the reply proves delivery only (declared partial); settled never reads it as applied",
+        )
+        q2 = Answer(
+            "q2", "manual", "past the window a person verifies (settled resolve); declared honestly"
+        )
         q3 = Answer("q3", "manual", "a person attests before CONFIRMED; never automatic")
     else:
         q1 = Answer("q1", "manual", "nothing comes back (declared blind)")
-        q2 = Answer("q2", "manual", "no query: a person verifies (settled resolve); declared honestly")
+        q2 = Answer(
+            "q2", "manual", "no query: a person verifies (settled resolve); declared honestly"
+        )
         q3 = Answer("q3", "manual", "a person attests before CONFIRMED; never automatic")
     if tier in (Tier.FULL, Tier.RECONCILABLE) and spec.queryable:
-        q4 = Answer("q4", "yes", f"after verify deadline ({spec.verify_deadline:g} s) it becomes DENIED_UNRESOLVED, never CONFIRMED")
+        q4 = Answer(
+            "q4",
+            "yes",
+            f"after verify deadline ({spec.verify_deadline:g} s) it becomes DENIED_UNRESOLVED, never CONFIRMED",
+        )
     elif tier is Tier.BLIND:
         q4 = Answer("q4", "yes", "unresolved at once, until a person settles it")
     else:
-        q4 = Answer("q4", "yes", "whatever the reply leaves open becomes DENIED_UNRESOLVED for a person")
+        q4 = Answer(
+            "q4", "yes", "whatever the reply leaves open becomes DENIED_UNRESOLVED for a person"
+        )
     if spec.attempts <= 1:
         q5 = Answer("q5", "yes", "one try, in the dispatcher; nothing repeats")
     elif spec.dedupes_keys:
-        q5 = Answer("q5", "yes", f"{spec.attempts} tries in the dispatcher; ambiguous sends repeat with the same key, which the provider deduplicates")
+        q5 = Answer(
+            "q5",
+            "yes",
+            f"{spec.attempts} tries in the dispatcher; ambiguous sends repeat with the same key, which the provider deduplicates",
+        )
     else:
-        q5 = Answer("q5", "yes", f"{spec.attempts} tries in the dispatcher, only for sends that never connected (no key dedupe)")
+        q5 = Answer(
+            "q5",
+            "yes",
+            f"{spec.attempts} tries in the dispatcher, only for sends that never connected (no key dedupe)",
+        )
     return [q1, q2, q3, q4, q5]
 
 
@@ -199,7 +245,9 @@ def judge(op: OperationAudit) -> None:
     """Let history overrule the declaration where it contradicts it, and suggest."""
     spec, f = op.spec, op.figures
     if spec is None:
-        op.suggestions.append("not configured here: its records cannot be verified or audited against a declaration")
+        op.suggestions.append(
+            "not configured here: its records cannot be verified or audited against a declaration"
+        )
         return
     q = {a.question: a for a in op.answers}
     manual = spec.tier in (Tier.PARTIAL, Tier.BLIND)
@@ -214,7 +262,11 @@ def judge(op: OperationAudit) -> None:
             f"declared {spec.tier} but 0 of {f.checked} ever observed: is the query pointing at the real effect?"
         )
     replies = f.proven_replies + f.unproven_replies
-    if spec.tier is Tier.FULL and f.unproven_replies >= MIN_EVIDENCE and f.unproven_replies * 2 >= replies:
+    if (
+        spec.tier is Tier.FULL
+        and f.unproven_replies >= MIN_EVIDENCE
+        and f.unproven_replies * 2 >= replies
+    ):
         q["q1"].answer = "partly"
         q["q1"].why = f"{f.unproven_replies} of {replies} 2xx replies proved nothing"
         op.suggestions.append(
@@ -324,8 +376,18 @@ def figures(ledger: Ledger) -> dict[tuple[str, str], Figures]:
     for row in conn.execute(_COUNTS):
         p, o, *n = row
         f = get(p, o)
-        (f.total, f.confirmed, f.failed, f.unresolved, f.pending, f.confirmed_by_provider,
-         f.confirmed_by_reconciliation, f.confirmed_by_person, f.checked, f.late) = (int(x or 0) for x in n)
+        (
+            f.total,
+            f.confirmed,
+            f.failed,
+            f.unresolved,
+            f.pending,
+            f.confirmed_by_provider,
+            f.confirmed_by_reconciliation,
+            f.confirmed_by_person,
+            f.checked,
+            f.late,
+        ) = (int(x or 0) for x in n)
     for p, o, n, p50, p95 in conn.execute(_FIRST_SEEN):
         f = get(p, o)
         f.first_seen_n, f.first_seen_p50, f.first_seen_p95 = int(n), p50, p95

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_cli, sim_conf, write_config
 
 from settled.audit import MIN_EVIDENCE, answer, audit
 from settled.clock import FakeClock
@@ -32,8 +33,6 @@ from settled.providers.base import (
 from settled.providers.sim_server import SimServer
 from settled.reconcile import Reconciler
 
-from conftest import run_cli, sim_conf, write_config
-
 
 class Scripted(BaseProvider):
     """Replies and visibility decided per action by its params:
@@ -46,12 +45,36 @@ class Scripted(BaseProvider):
         self.sent: dict[str, tuple[datetime, Mapping[str, Any]]] = {}
         common = {"verify_interval": 10.0, "attempts": 1}
         self._ops = {
-            "send": OperationSpec("send", Tier.RECONCILABLE, 30.0, queryable=True,
-                                  carries_key=True, verify_deadline=300.0, verifies="GET", **common),
-            "lookup": OperationSpec("lookup", Tier.RECONCILABLE, 0.0, queryable=True,
-                                    carries_key=True, verify_deadline=20.0, verifies="GET", **common),
-            "create": OperationSpec("create", Tier.FULL, 0.0, queryable=True, carries_key=True,
-                                    proof="201", verify_deadline=20.0, **common),
+            "send": OperationSpec(
+                "send",
+                Tier.RECONCILABLE,
+                30.0,
+                queryable=True,
+                carries_key=True,
+                verify_deadline=300.0,
+                verifies="GET",
+                **common,
+            ),
+            "lookup": OperationSpec(
+                "lookup",
+                Tier.RECONCILABLE,
+                0.0,
+                queryable=True,
+                carries_key=True,
+                verify_deadline=20.0,
+                verifies="GET",
+                **common,
+            ),
+            "create": OperationSpec(
+                "create",
+                Tier.FULL,
+                0.0,
+                queryable=True,
+                carries_key=True,
+                proof="201",
+                verify_deadline=20.0,
+                **common,
+            ),
             "notify": OperationSpec("notify", Tier.BLIND, **common),
             "broken": OperationSpec("broken", Tier.RECONCILABLE, 0.0, **common),
         }
@@ -60,10 +83,15 @@ class Scripted(BaseProvider):
         return self._ops
 
     def execute(self, request: Request) -> WireResult:
-        self.sent[request.reconciliation_key or request.action_id] = (self.clock.now(), request.params)
+        self.sent[request.reconciliation_key or request.action_id] = (
+            self.clock.now(),
+            request.params,
+        )
         if request.operation == "create":
             proved = request.params.get("proof", False)
-            return WireResult(Wire.ANSWERED, 201 if proved else 200, applied=True if proved else None)
+            return WireResult(
+                Wire.ANSWERED, 201 if proved else 200, applied=True if proved else None
+            )
         return WireResult(Wire.ANSWERED, 202)
 
     def query(self, target: QueryTarget) -> Observation:
@@ -121,7 +149,11 @@ def test_seeded_figures(seeded: tuple[Ledger, dict[tuple[str, str], OperationSpe
     assert (lookup.total, lookup.unresolved, lookup.checked, lookup.observed) == (6, 6, 6, 0)
     assert lookup.budget_spent == 6 and lookup.unresolved_rate == 1.0
     create = ops["create"].figures
-    assert (create.proven_replies, create.unproven_replies, create.confirmed_by_provider) == (2, 6, 2)
+    assert (create.proven_replies, create.unproven_replies, create.confirmed_by_provider) == (
+        2,
+        6,
+        2,
+    )
     assert create.confirmed_by_reconciliation == 6
 
 
@@ -133,8 +165,16 @@ def test_seeded_flags_and_suggestions(
     ops = {o.operation: o for o in report.operations}
     assert report.debt == ["api.broken", "api.lookup"]
     assert ops["lookup"].answers[1].answer == "no"
-    assert "declared reconcilable but 0 of 6 ever observed: is the query pointing at the real effect?" in ops["lookup"].suggestions
-    assert any(s.startswith("window 30 s but p95 visibility 50 s (10 of 20 not visible at the first check): raise consistency_window to about 50 s") for s in ops["send"].suggestions)
+    assert (
+        "declared reconcilable but 0 of 6 ever observed: is the query pointing at the real effect?"
+        in ops["lookup"].suggestions
+    )
+    assert any(
+        s.startswith(
+            "window 30 s but p95 visibility 50 s (10 of 20 not visible at the first check): raise consistency_window to about 50 s"
+        )
+        for s in ops["send"].suggestions
+    )
     assert any("2 accepted request(s) never took effect" in s for s in ops["send"].suggestions)
     assert not ops["send"].debt
     assert any("6 of 8 2xx replies proved nothing" in s for s in ops["create"].suggestions)
@@ -149,11 +189,19 @@ def test_seeded_flags_and_suggestions(
 @pytest.mark.parametrize(
     ("spec", "q", "expected"),
     [
-        (OperationSpec("x", Tier.RECONCILABLE, queryable=True, query_by_object_id=True), "q2", "partly"),
+        (
+            OperationSpec("x", Tier.RECONCILABLE, queryable=True, query_by_object_id=True),
+            "q2",
+            "partly",
+        ),
         (OperationSpec("x", Tier.FULL), "q1", "partly"),
         (OperationSpec("x", Tier.FULL, proof="201"), "q2", "partly"),
         (OperationSpec("x", Tier.PARTIAL), "q2", "manual"),
-        (OperationSpec("x", Tier.RECONCILABLE, attempts=3, dedupes_keys=True, queryable=True), "q5", "yes"),
+        (
+            OperationSpec("x", Tier.RECONCILABLE, attempts=3, dedupes_keys=True, queryable=True),
+            "q5",
+            "yes",
+        ),
     ],
 )
 def test_declared_answers(spec: OperationSpec, q: str, expected: str) -> None:
@@ -184,7 +232,9 @@ def test_cli_audit_exit_code_and_json(tmp_path: Path, ledger: Ledger) -> None:
             d.submit("sim", "book", {}, action_id="b0")
             time.sleep(0.25)  # past the 0.2 s verification budget
             Reconciler(ledger, reg).run_ids([f"s{i}" for i in range(MIN_EVIDENCE)])
-        assert all(ledger.get(f"s{i}").status is Status.DENIED_UNRESOLVED for i in range(MIN_EVIDENCE))
+        assert all(
+            ledger.get(f"s{i}").status is Status.DENIED_UNRESOLVED for i in range(MIN_EVIDENCE)
+        )
         ledger.close()
         out = run_cli("--config", str(cfg), "providers", "audit", "--json")
         assert out.returncode == 4, out.stderr

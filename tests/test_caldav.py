@@ -66,7 +66,9 @@ def radicale(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"radicale did not start: {(root / 'log').read_text()}") from None
+                    raise RuntimeError(
+                        f"radicale did not start: {(root / 'log').read_text()}"
+                    ) from None
                 time.sleep(0.05)
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -140,7 +142,9 @@ class LossyProxy:
         if request.startswith(self.method + b" ") and self.drops > 0:
             self.drops -= 1
             self.dropped.append(reply.split(b"\r\n", 1)[0])
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            conn.setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+            )
             return  # reset: the effect happened, the answer is lost
         status, _, rest = reply.partition(b"\r\n")
         conn.sendall(status + b"\r\nConnection: close\r\n" + rest)
@@ -172,8 +176,11 @@ def dispatcher(ledger: Ledger, reg: Registry) -> Dispatcher:
     return Dispatcher(ledger, reg, settings=DispatchSettings(backoff=0.01))
 
 
-BOOKING = {"summary": "Dentist; room 2, floor 3", "start": "2026-03-02T09:00:00Z",
-           "end": "2026-03-02T09:30:00+00:00"}
+BOOKING = {
+    "summary": "Dentist; room 2, floor 3",
+    "start": "2026-03-02T09:00:00Z",
+    "end": "2026-03-02T09:30:00+00:00",
+}
 
 
 def ics(base: str, path: str, uid: str) -> httpx.Response:
@@ -219,7 +226,8 @@ def test_rebook_after_lost_reply_is_412_and_confirmed(
     assert (rec.status, rec.confirmed_by) == (Status.CONFIRMED, "provider"), rec.reason
     [outcome] = [e for e in ledger.events("b2") if e.kind == "outcome"]
     assert [(t["wire"], t["status_code"]) for t in outcome.detail["tries"]] == [
-        ("no_answer", None), ("answered", 412)
+        ("no_answer", None),
+        ("answered", 412),
     ]
     assert events_in(radicale, calendar) == 1  # never twice
 
@@ -259,13 +267,18 @@ def test_move_then_cancel(radicale: str, calendar: str, ledger: Ledger, env: Non
         assert "DTSTART:20260302T100000Z" in body and "DTEND:20260302T104500Z" in body
         assert "SEQUENCE:1" in body
         # Another action's key is not on the event: its move did not happen.
-        other = p.query(QueryTarget("m5", "move", {**move, "start": "2026-03-02T12:00:00Z"},
-                                    "stl-other", uid, None, 1))
+        other = p.query(
+            QueryTarget(
+                "m5", "move", {**move, "start": "2026-03-02T12:00:00Z"}, "stl-other", uid, None, 1
+            )
+        )
         assert other.seen is Seen.NOT_YET
 
         cancelled = d.submit("cal", "cancel", {"uid": uid}, action_id="c4").record
         assert cancelled.status is Status.CONFIRMED, cancelled.reason
-        seen = p.query(QueryTarget("c4", "cancel", {"uid": uid}, cancelled.reconciliation_key, uid, None, 1))
+        seen = p.query(
+            QueryTarget("c4", "cancel", {"uid": uid}, cancelled.reconciliation_key, uid, None, 1)
+        )
         assert seen.seen is Seen.APPLIED
         body = ics(radicale, calendar, uid).text
         assert "STATUS:CANCELLED" in body and "SEQUENCE:2" in body
@@ -293,7 +306,9 @@ def test_move_repeated_after_lost_reply_finds_its_own_mark(
     assert body.count(str(rec.reconciliation_key)) == 1 and "SEQUENCE:1" in body
 
 
-def test_move_of_a_missing_event_fails(radicale: str, calendar: str, ledger: Ledger, env: None) -> None:
+def test_move_of_a_missing_event_fails(
+    radicale: str, calendar: str, ledger: Ledger, env: None
+) -> None:
     with registry_for(radicale, calendar) as reg:
         move = {"uid": "nope", "start": "2026-03-03T09:00:00Z", "end": "2026-03-03T10:00:00Z"}
         rec = dispatcher(ledger, reg).submit("cal", "move", move, action_id="m7").record
@@ -307,7 +322,9 @@ def test_cancel_query_when_someone_else_deleted_it(
         uid = book(ledger, reg, "b8")
         with httpx.Client(auth=(USER, PASSWORD)) as c:
             assert c.delete(f"{radicale}{calendar}{uid}.ics").status_code in (200, 204)
-        seen = reg.provider("cal").query(QueryTarget("c8", "cancel", {"uid": uid}, "stl-x", uid, None, 1))
+        seen = reg.provider("cal").query(
+            QueryTarget("c8", "cancel", {"uid": uid}, "stl-x", uid, None, 1)
+        )
     assert seen.seen is Seen.AMBIGUOUS
 
 
@@ -315,8 +332,16 @@ def test_cancel_query_when_someone_else_deleted_it(
     ("op", "params", "words"),
     [
         ("book", {"summary": "x", "start": "2026-03-02T09:00:00Z"}, "'end'"),
-        ("book", {"summary": "x", "start": "2026-03-02T09:00:00", "end": "2026-03-02T10:00:00"}, "UTC offset"),
-        ("book", {"summary": "x", "start": "2026-03-02T10:00:00Z", "end": "2026-03-02T09:00:00Z"}, "after start"),
+        (
+            "book",
+            {"summary": "x", "start": "2026-03-02T09:00:00", "end": "2026-03-02T10:00:00"},
+            "UTC offset",
+        ),
+        (
+            "book",
+            {"summary": "x", "start": "2026-03-02T10:00:00Z", "end": "2026-03-02T09:00:00Z"},
+            "after start",
+        ),
         ("move", {"start": "2026-03-02T10:00:00Z", "end": "2026-03-02T11:00:00Z"}, "'uid'"),
         ("cancel", {}, "'uid'"),
     ],

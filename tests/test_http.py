@@ -126,8 +126,10 @@ def test_reconcilable_send_under_every_fault(
     # when the operation declares it, and a repeat only when the repeat is safe.
     assert {r["reconciliation_key"] for r in seen} == {final.reconciliation_key}
     assert {r["idempotency_key"] for r in seen} == ({"a1:1"} if dedupe else {None})
-    repeated = dedupe and with_key is Status.CONFIRMED and fault not in (
-        "ok", "garbage", "badutf8", "huge", "lag:0.2"
+    repeated = (
+        dedupe
+        and with_key is Status.CONFIRMED
+        and fault not in ("ok", "garbage", "badutf8", "huge", "lag:0.2")
     )
     assert len(seen) == (2 if repeated else 1)
     applied = server.effects_for("a1")
@@ -148,7 +150,11 @@ def test_reconcilable_send_under_every_fault(
     ],
 )
 def test_full_book_needs_the_reply_to_say_so(
-    server: SimServer, ledger: Ledger, fault: str, dedupe: bool, status: Status,
+    server: SimServer,
+    ledger: Ledger,
+    fault: str,
+    dedupe: bool,
+    status: Status,
     confirmed_by: str | None,
 ) -> None:
     registry = Registry({"api": http_conf(server.url, dedupe)}, source="test")
@@ -211,7 +217,12 @@ def target(key: str | None = "rk-1", oid: str | None = None) -> QueryTarget:
         (200, "<html>", {"tier": "full"}, True),
         (200, {"s": "done"}, {"tier": "full", "status": "/s", "applied": ["done"]}, True),
         (200, {"s": "queued"}, {"tier": "full", "status": "/s", "applied": ["done"]}, None),
-        (200, {"s": "no"}, {"tier": "full", "status": "/s", "applied": ["ok"], "not_applied": ["no"]}, False),
+        (
+            200,
+            {"s": "no"},
+            {"tier": "full", "status": "/s", "applied": ["ok"], "not_applied": ["no"]},
+            False,
+        ),
         (200, {}, {"tier": "full", "status": "/s", "applied": ["done"]}, None),
         (200, {"s": True}, {"tier": "full", "status": "/s", "applied": [1]}, None),
         (200, {"s": "done"}, {"tier": "partial"}, None),
@@ -240,9 +251,12 @@ def test_request_carries_key_header_and_body() -> None:
         return httpx.Response(202, json={"data": [{"id": 7}]})
 
     p, client = provider_with(
-        handler, tier="reconcilable", idempotency_header="X-Idem",
+        handler,
+        tier="reconcilable",
+        idempotency_header="X-Idem",
         request={"method": "PUT", "path": "/things/{reconciliation_key}"},
-        reconciliation_key_field="ref", object_id="/data/0/id",
+        reconciliation_key_field="ref",
+        object_id="/data/0/id",
         query={"path": "/things/{reconciliation_key}"},
     )
     with client:
@@ -269,9 +283,13 @@ def test_request_carries_key_header_and_body() -> None:
 def test_query_reading(code: int, body: Any, not_found: str, seen: Seen) -> None:
     p, client = provider_with(
         lambda r: httpx.Response(code, json=body),
-        tier="reconcilable", reconciliation_key_field="ref",
-        query={"path": "/q/{reconciliation_key}"}, status="/state",
-        applied=["delivered"], not_applied=["bounced"], not_found=not_found,
+        tier="reconcilable",
+        reconciliation_key_field="ref",
+        query={"path": "/q/{reconciliation_key}"},
+        status="/state",
+        applied=["delivered"],
+        not_applied=["bounced"],
+        not_found=not_found,
     )
     with client:
         assert p.query(target()).seen is seen
@@ -285,7 +303,9 @@ def test_query_by_object_id_needs_the_reply() -> None:
         return httpx.Response(200, json={})
 
     p, client = provider_with(
-        handler, tier="reconcilable", object_id="/id",
+        handler,
+        tier="reconcilable",
+        object_id="/id",
         query={"path": "/things/{provider_object_id}"},
     )
     with client:
@@ -297,8 +317,13 @@ def test_query_by_object_id_needs_the_reply() -> None:
 
 
 def test_declarations() -> None:
-    p, client = provider_with(lambda r: httpx.Response(200), tier="full", attempts=2,
-                              idempotency_header="Idempotency-Key", timeout=1.5)
+    p, client = provider_with(
+        lambda r: httpx.Response(200),
+        tier="full",
+        attempts=2,
+        idempotency_header="Idempotency-Key",
+        timeout=1.5,
+    )
     client.close()
     spec = p.operations()["op"]
     assert (spec.tier, spec.attempts, spec.dedupes_keys, spec.timeout) == (Tier.FULL, 2, True, 1.5)

@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_cli, write_config
 
 from settled.errors import ConfigError
 from settled.providers import Registry
-
-from conftest import run_cli, write_config
 
 GOOD: dict[str, Any] = {
     "type": "http",
@@ -81,18 +80,53 @@ MISTAKES = [
     ("operations.send.attempts", 0, "operations.send.attempts", ">= 1"),
     ("operations.send.consistency_window", -1, "operations.send.consistency_window", ">= 0"),
     ("operations.send.request", None, "operations.send.request", "add request ="),
-    ("operations.send.request", {"method": "GET", "path": "/m"}, "operations.send.request.method", "POST"),
+    (
+        "operations.send.request",
+        {"method": "GET", "path": "/m"},
+        "operations.send.request.method",
+        "POST",
+    ),
     ("operations.send.request", {"path": "m"}, "operations.send.request.path", 'start with "/"'),
-    ("operations.send.query", {"method": "POST", "path": "/q"}, "operations.send.query.method", "must not change"),
-    ("operations.send.query", {"path": "/q/{id}"}, "operations.send.query.path", "{reconciliation_key}"),
-    ("operations.send.query", {"path": "/q/{provider_object_id}"}, None, None),  # fine: object_id set
-    ("operations.send.reconciliation_key_field", None, "operations.send.query.path", "reconciliation_key_field"),
+    (
+        "operations.send.query",
+        {"method": "POST", "path": "/q"},
+        "operations.send.query.method",
+        "must not change",
+    ),
+    (
+        "operations.send.query",
+        {"path": "/q/{id}"},
+        "operations.send.query.path",
+        "{reconciliation_key}",
+    ),
+    (
+        "operations.send.query",
+        {"path": "/q/{provider_object_id}"},
+        None,
+        None,
+    ),  # fine: object_id set
+    (
+        "operations.send.reconciliation_key_field",
+        None,
+        "operations.send.query.path",
+        "reconciliation_key_field",
+    ),
     ("operations.send.applied", None, "operations.send.applied", 'applied = ["delivered"]'),
     ("operations.send.applied", "delivered", "operations.send.applied", "list"),
-    ("operations.send.not_found", "gone", "operations.send.not_found", '"pending" or "not_applied"'),
+    (
+        "operations.send.not_found",
+        "gone",
+        "operations.send.not_found",
+        '"pending" or "not_applied"',
+    ),
     ("operations.send.verify", {"interval": 0}, "operations.send.verify.interval", "> 0"),
     ("operations.send.verify", {"every": 2}, "operations.send.verify.every", "interval, deadline"),
-    ("operations.send.idempotency_header", "Idem Key", "operations.send.idempotency_header", "omit it"),
+    (
+        "operations.send.idempotency_header",
+        "Idem Key",
+        "operations.send.idempotency_header",
+        "omit it",
+    ),
     ("headers", {"Authorization": "Bearer ${NOPE_UNSET}"}, "headers.Authorization", "export it"),
     ("headers", {"Authorization": "Bearer ${bad-name}"}, "headers.Authorization", "${NAME}"),
     ("headers", {"Bad Header": "x"}, "headers.Bad Header", "header name"),
@@ -101,7 +135,11 @@ MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize(("change", "value", "key", "fix"), MISTAKES, ids=[m[0] + "=" + repr(m[1])[:20] for m in MISTAKES])
+@pytest.mark.parametrize(
+    ("change", "value", "key", "fix"),
+    MISTAKES,
+    ids=[m[0] + "=" + repr(m[1])[:20] for m in MISTAKES],
+)
 def test_mistake_is_named(change: str, value: Any, key: str | None, fix: str | None) -> None:
     conf = with_change(change, value)
     if key is None:

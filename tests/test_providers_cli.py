@@ -9,13 +9,12 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
-
 from conftest import run_cli, write_config
 
-TINY = '''
+TINY = """
 from settled.model import Tier
 from settled.providers.base import BaseProvider, OperationSpec, Wire, WireResult
 
@@ -35,7 +34,7 @@ class Tiny(BaseProvider):
 
 def create(name, conf, client):
     return Tiny(name, conf)
-'''
+"""
 
 
 @pytest.fixture
@@ -58,14 +57,19 @@ def test_entry_point_provider_is_registered(tmp_path: Path, plugin_dir: Path) ->
     assert listed.returncode == 0, listed.stderr
     [row] = json.loads(listed.stdout)
     assert (row["provider"], row["operation"], row["tier"], row["consistency_window"]) == (
-        "t", "ping", "blind", 3
+        "t",
+        "ping",
+        "blind",
+        3,
     )
     sent = run_cli("dispatch", "t", "ping", "--json", env=env)
     assert sent.returncode == 4  # blind: a person must verify
     assert json.loads(sent.stdout)["status"] == "DENIED_UNRESOLVED"
     missing = run_cli("providers")  # without the plug-in on the path
     assert missing.returncode == 1
-    assert "unknown provider type 'tiny'" in missing.stderr and "settled.providers" in missing.stderr
+    assert (
+        "unknown provider type 'tiny'" in missing.stderr and "settled.providers" in missing.stderr
+    )
 
 
 def test_listing_shows_each_declaration(tmp_path: Path) -> None:
@@ -75,10 +79,15 @@ def test_listing_shows_each_declaration(tmp_path: Path) -> None:
         "timeout": 2.5,
         "operations": {
             "send": {
-                "tier": "reconcilable", "consistency_window": 12, "attempts": 2,
+                "tier": "reconcilable",
+                "consistency_window": 12,
+                "attempts": 2,
                 "idempotency_header": "Idempotency-Key",
-                "request": {"path": "/m"}, "reconciliation_key_field": "ref",
-                "query": {"path": "/m/{reconciliation_key}"}, "status": "/s", "applied": ["ok"],
+                "request": {"path": "/m"},
+                "reconciliation_key_field": "ref",
+                "query": {"path": "/m/{reconciliation_key}"},
+                "status": "/s",
+                "applied": ["ok"],
             },
             "ping": {"tier": "blind", "request": {"path": "/p"}, "timeout": 1},
         },
@@ -88,15 +97,30 @@ def test_listing_shows_each_declaration(tmp_path: Path) -> None:
     out = run_cli("providers", "--json")
     assert out.returncode == 0, out.stderr
     rows = {(r["provider"], r["operation"]): r for r in json.loads(out.stdout)}
-    assert set(rows) == {("mail", "send"), ("mail", "ping"), ("cal", "book"), ("cal", "move"),
-                         ("cal", "cancel")}
+    assert set(rows) == {
+        ("mail", "send"),
+        ("mail", "ping"),
+        ("cal", "book"),
+        ("cal", "move"),
+        ("cal", "cancel"),
+    }
     send = rows["mail", "send"]
     assert (send["tier"], send["consistency_window"], send["attempts"], send["timeout"]) == (
-        "reconcilable", 12.0, 2, 2.5
+        "reconcilable",
+        12.0,
+        2,
+        2.5,
     )
-    assert send["dedupes_keys"] is True and send["verifies"] == "GET /m/{reconciliation_key}: /s in ['ok']"
+    assert (
+        send["dedupes_keys"] is True
+        and send["verifies"] == "GET /m/{reconciliation_key}: /s in ['ok']"
+    )
     ping = rows["mail", "ping"]
-    assert (ping["dedupes_keys"], ping["timeout"], ping["verifies"]) == (False, 1.0, "nothing can: a person")
+    assert (ping["dedupes_keys"], ping["timeout"], ping["verifies"]) == (
+        False,
+        1.0,
+        "nothing can: a person",
+    )
     assert rows["cal", "book"]["tier"] == "full" and "412" in rows["cal", "book"]["proof"]
     text = run_cli("providers", env={"COLUMNS": "200"})
     assert text.returncode == 0 and "verified by" in text.stdout and "mail" in text.stdout
@@ -112,7 +136,7 @@ class Echo(BaseHTTPRequestHandler):
     API might in its error messages."""
 
     protocol_version = "HTTP/1.1"
-    seen: list[str] = []
+    seen: ClassVar[list[str]] = []
 
     def log_message(self, *args: Any) -> None:
         return None
@@ -153,8 +177,11 @@ def echo() -> Iterator[str]:
 
 def test_canary_secret_never_leaves(tmp_path: Path, echo: str) -> None:
     op: dict[str, Any] = {
-        "consistency_window": 0, "attempts": 1, "reconciliation_key_field": "ref",
-        "object_id": "/id", "verify": {"interval": 0.05, "deadline": 0.3},
+        "consistency_window": 0,
+        "attempts": 1,
+        "reconciliation_key_field": "ref",
+        "object_id": "/id",
+        "verify": {"interval": 0.05, "deadline": 0.3},
     }
     conf = {
         "type": "http",
@@ -162,17 +189,32 @@ def test_canary_secret_never_leaves(tmp_path: Path, echo: str) -> None:
         "timeout": 2,
         "headers": {"Authorization": "Bearer ${CANARY_TOKEN}", "X-Api-Key": "${CANARY_TOKEN}"},
         "operations": {
-            "send": {**op, "tier": "reconcilable", "request": {"path": "/send"},
-                     "query": {"path": "/q/{reconciliation_key}"}, "status": "/status",
-                     "applied": ["delivered"]},
+            "send": {
+                **op,
+                "tier": "reconcilable",
+                "request": {"path": "/send"},
+                "query": {"path": "/q/{reconciliation_key}"},
+                "status": "/status",
+                "applied": ["delivered"],
+            },
             "reject": {**op, "tier": "full", "request": {"path": "/reject"}},
         },
     }
     cfg = write_config(tmp_path / "settled.toml", {"api": conf})
     env = {"CANARY_TOKEN": CANARY}
     outputs = [
-        run_cli("dispatch", "api", "send", "--action-id", "s1", "--json", "--wait",
-                "--wait-timeout", "5", env=env),
+        run_cli(
+            "dispatch",
+            "api",
+            "send",
+            "--action-id",
+            "s1",
+            "--json",
+            "--wait",
+            "--wait-timeout",
+            "5",
+            env=env,
+        ),
         run_cli("dispatch", "api", "reject", "--action-id", "r1", "--json", env=env),
         run_cli("dispatch", "api", "reject", "--action-id", "r2", env=env),
         run_cli("show", "s1", "--json", env=env),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from ..errors import ConfigError, UnknownProvider
 
@@ -127,7 +127,7 @@ class Registry:
         for name in self.names():
             self.provider(name)
 
-    def __enter__(self) -> Registry:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

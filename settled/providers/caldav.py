@@ -94,9 +94,7 @@ def _expand(key: str, raw: Any, env: Mapping[str, str]) -> str:
 
 
 def _escape(text: str) -> str:
-    return (
-        text.replace("\\", "\\\\").replace(";", "\\;").replace(",", "\\,").replace("\n", "\\n")
-    )
+    return text.replace("\\", "\\\\").replace(";", "\\;").replace(",", "\\,").replace("\n", "\\n")
 
 
 def _fold(line: str) -> str:
@@ -165,7 +163,7 @@ class _Event:
         found = self.props(name)
         return found[0][1] if found else None
 
-    def keys(self) -> list[str]:
+    def marks(self) -> list[str]:
         return [v for _, v in self.props(MARK)]
 
     def moment(self, name: str) -> str | None:
@@ -180,7 +178,9 @@ class _Event:
         if tzid is None or "T" not in value:
             return None  # floating time or a whole day
         try:
-            local = datetime.strptime(value, "%Y%m%dT%H%M%S").replace(tzinfo=ZoneInfo(tzid.group(1)))
+            local = datetime.strptime(value, "%Y%m%dT%H%M%S").replace(
+                tzinfo=ZoneInfo(tzid.group(1))
+            )
         except (ValueError, ZoneInfoNotFoundError):
             return None
         return _utc(local)
@@ -236,7 +236,9 @@ class CalDavProvider(BaseProvider):
         self.name = name
         unknown = sorted(set(conf) - set(KEYS))
         if unknown:
-            raise ConfigError(f"{unknown[0]}: unknown key; remove it or use one of {', '.join(KEYS)}")
+            raise ConfigError(
+                f"{unknown[0]}: unknown key; remove it or use one of {', '.join(KEYS)}"
+            )
         url = conf.get("url")
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ConfigError(
@@ -258,15 +260,21 @@ class CalDavProvider(BaseProvider):
         timeout = float(_number("timeout", conf.get("timeout", 5.0), positive=True))
         verify = conf.get("verify", {})
         if not isinstance(verify, Mapping) or set(verify) - {"interval", "deadline"}:
-            raise ConfigError("verify: must be a table like verify = { interval = 2, deadline = 300 }")
+            raise ConfigError(
+                "verify: must be a table like verify = { interval = 2, deadline = 300 }"
+            )
         common: dict[str, Any] = {
             "consistency_window": float(
                 _number("consistency_window", conf.get("consistency_window", 0.0), positive=False)
             ),
             "attempts": _number("attempts", conf.get("attempts", 3), positive=True, whole=True),
             "timeout": timeout,
-            "verify_interval": float(_number("verify.interval", verify.get("interval", 2.0), positive=True)),
-            "verify_deadline": float(_number("verify.deadline", verify.get("deadline", 300.0), positive=True)),
+            "verify_interval": float(
+                _number("verify.interval", verify.get("interval", 2.0), positive=True)
+            ),
+            "verify_deadline": float(
+                _number("verify.deadline", verify.get("deadline", 300.0), positive=True)
+            ),
             "dedupes_keys": True,  # conditional writes: a repeat cannot apply twice
             "queryable": True,
             "carries_key": True,
@@ -306,11 +314,22 @@ class CalDavProvider(BaseProvider):
     def _resource(self, uid: str) -> str:
         return self._url + quote(uid, safe="") + ".ics"
 
-    def _call(self, method: str, url: str, timeout: float, headers: Mapping[str, str] | None = None,
-              content: bytes | None = None) -> Exchange:
+    def _call(
+        self,
+        method: str,
+        url: str,
+        timeout: float,
+        headers: Mapping[str, str] | None = None,
+        content: bytes | None = None,
+    ) -> Exchange:
         return exchange(
-            self._client, method, url, timeout=timeout, headers={**self._headers, **(headers or {})},
-            content=content, redact=self._redact,
+            self._client,
+            method,
+            url,
+            timeout=timeout,
+            headers={**self._headers, **(headers or {})},
+            content=content,
+            redact=self._redact,
         )
 
     # -- execute --------------------------------------------------------------------------
@@ -328,7 +347,9 @@ class CalDavProvider(BaseProvider):
     def _book(self, request: Request) -> WireResult:
         uid = request.reconciliation_key or ""
         ex = self._call(
-            "PUT", self._resource(uid), request.timeout,
+            "PUT",
+            self._resource(uid),
+            request.timeout,
             {"If-None-Match": "*", "Content-Type": ICS},
             _new_event(uid, request.params).encode(),
         )
@@ -351,14 +372,20 @@ class CalDavProvider(BaseProvider):
         if got.wire is not Wire.ANSWERED or got.status_code not in (200, 404):
             # Nothing was written: the change itself never left this machine.
             why = got.problem or self._answer(got)
-            return WireResult(Wire.NOT_CONNECTED, detail=f"not sent: reading the event failed: {why}")
+            return WireResult(
+                Wire.NOT_CONNECTED, detail=f"not sent: reading the event failed: {why}"
+            )
         if got.status_code == 404:
-            return WireResult(Wire.ANSWERED, 404, None, None, f"HTTP 404: no event with UID {uid!r}")
+            return WireResult(
+                Wire.ANSWERED, 404, None, None, f"HTTP 404: no event with UID {uid!r}"
+            )
         event = _Event.parse((got.body or b"").decode("utf-8", "replace"))
         if event is None:
             return WireResult(Wire.NOT_CONNECTED, detail="not sent: the resource holds no VEVENT")
-        if key in event.keys():
-            return WireResult(Wire.ANSWERED, 200, uid, True, "an earlier try already applied this change")
+        if key in event.marks():
+            return WireResult(
+                Wire.ANSWERED, 200, uid, True, "an earlier try already applied this change"
+            )
         etag = got.headers.get("etag")
         if not etag:
             return WireResult(
@@ -368,12 +395,17 @@ class CalDavProvider(BaseProvider):
         if request.operation == "move":
             new = event.rewrite(
                 {"DTSTART", "DTEND", "DURATION"},
-                [f"DTSTART:{_utc(_when(request.params['start']))}",
-                 f"DTEND:{_utc(_when(request.params['end']))}", f"{MARK}:{key}"],
+                [
+                    f"DTSTART:{_utc(_when(request.params['start']))}",
+                    f"DTEND:{_utc(_when(request.params['end']))}",
+                    f"{MARK}:{key}",
+                ],
             )
         else:
             new = event.rewrite({"STATUS"}, ["STATUS:CANCELLED", f"{MARK}:{key}"])
-        ex = self._call("PUT", url, request.timeout, {"If-Match": etag, "Content-Type": ICS}, new.encode())
+        ex = self._call(
+            "PUT", url, request.timeout, {"If-Match": etag, "Content-Type": ICS}, new.encode()
+        )
         if ex.wire is not Wire.ANSWERED:
             return WireResult(ex.wire, detail=ex.problem)
         code = ex.status_code
@@ -381,7 +413,10 @@ class CalDavProvider(BaseProvider):
             return WireResult(Wire.ANSWERED, code, uid, True, f"HTTP {code}: stored")
         if code == 412:
             return WireResult(
-                Wire.ANSWERED, code, None, None,
+                Wire.ANSWERED,
+                code,
+                None,
+                None,
                 "HTTP 412: the event changed since it was read; this change was refused",
             )
         return WireResult(Wire.ANSWERED, code, None, None, self._answer(ex))
@@ -407,17 +442,22 @@ class CalDavProvider(BaseProvider):
             if op == "book":
                 return Observation(Seen.NOT_YET, detail="404: no such event yet", evidence=evidence)
             return Observation(
-                Seen.AMBIGUOUS, detail="404: the event is gone; cannot tell who removed it",
+                Seen.AMBIGUOUS,
+                detail="404: the event is gone; cannot tell who removed it",
                 evidence=evidence,
             )
         if got.status_code != 200 or got.body is None:
             return Observation(Seen.UNKNOWN, detail=self._answer(got), evidence=evidence)
         event = _Event.parse(got.body.decode("utf-8", "replace"))
         if event is None or event.value("UID") != uid:
-            return Observation(Seen.UNKNOWN, detail="the resource holds no event with this UID", evidence=evidence)
+            return Observation(
+                Seen.UNKNOWN, detail="the resource holds no event with this UID", evidence=evidence
+            )
         status = (event.value("STATUS") or "").upper()
-        evidence.update(start=event.moment("DTSTART"), end=event.moment("DTEND"), status=status or None)
-        ours = target.reconciliation_key in event.keys()
+        evidence.update(
+            start=event.moment("DTSTART"), end=event.moment("DTEND"), status=status or None
+        )
+        ours = target.reconciliation_key in event.marks()
         if op == "book":
             note = " (since cancelled)" if status == "CANCELLED" else ""
             return Observation(Seen.APPLIED, uid, f"event {uid} exists{note}", evidence)
@@ -425,24 +465,40 @@ class CalDavProvider(BaseProvider):
             if status == "CANCELLED":
                 if ours:
                     return Observation(Seen.APPLIED, uid, "cancelled by this action", evidence)
-                return Observation(Seen.AMBIGUOUS, detail="cancelled, but not by this action", evidence=evidence)
-            return Observation(Seen.NOT_YET, detail=f"status is {status or 'unset'}", evidence=evidence)
+                return Observation(
+                    Seen.AMBIGUOUS, detail="cancelled, but not by this action", evidence=evidence
+                )
+            return Observation(
+                Seen.NOT_YET, detail=f"status is {status or 'unset'}", evidence=evidence
+            )
         want = (_utc(_when(target.params["start"])), _utc(_when(target.params["end"])))
         now = (event.moment("DTSTART"), event.moment("DTEND"))
         if ours and now == want:
             return Observation(Seen.APPLIED, uid, f"moved to {want[0]}–{want[1]}", evidence)
         if ours:
-            return Observation(Seen.APPLIED, uid, "moved by this action, since changed by someone else", evidence)
+            return Observation(
+                Seen.APPLIED, uid, "moved by this action, since changed by someone else", evidence
+            )
         if now == want:
-            return Observation(Seen.AMBIGUOUS, detail="at the new time, but not moved by this action", evidence=evidence)
+            return Observation(
+                Seen.AMBIGUOUS,
+                detail="at the new time, but not moved by this action",
+                evidence=evidence,
+            )
         return Observation(Seen.NOT_YET, detail=f"still at {now[0]}", evidence=evidence)
 
 
 def _params_problem(operation: str, params: Any) -> str:
     if not isinstance(params, Mapping):
         return "params must be a JSON object"
-    need = {"book": ("summary", "start", "end"), "move": ("uid", "start", "end"), "cancel": ("uid",)}
-    missing = [k for k in need.get(operation, ()) if not isinstance(params.get(k), str) or not params[k]]
+    need = {
+        "book": ("summary", "start", "end"),
+        "move": ("uid", "start", "end"),
+        "cancel": ("uid",),
+    }
+    missing = [
+        k for k in need.get(operation, ()) if not isinstance(params.get(k), str) or not params[k]
+    ]
     if missing:
         return f"params need {', '.join(repr(k) for k in missing)} as non-empty strings"
     if "start" in need.get(operation, ()):

@@ -19,6 +19,7 @@ of evidence this provider hands back passes through a ``Redactor`` that masks th
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import string
@@ -87,7 +88,9 @@ class Pointer:
             return cls(text, ())
         if not text.startswith("/") or re.search(r"~(?![01])", text):
             return None
-        return cls(text, tuple(t.replace("~1", "/").replace("~0", "~") for t in text[1:].split("/")))
+        return cls(
+            text, tuple(t.replace("~1", "/").replace("~0", "~") for t in text[1:].split("/"))
+        )
 
     def find(self, doc: Any) -> tuple[bool, Any]:
         """``(found, value)``."""
@@ -137,7 +140,9 @@ class _Checker:
 
     def table(self, key: str, value: Any, allowed: tuple[str, ...]) -> Mapping[str, Any]:
         if not isinstance(value, Mapping):
-            raise self.fail(key, "must be a table, e.g. " + _EXAMPLES.get(key.rsplit(".", 1)[-1], "{ ... }"))
+            raise self.fail(
+                key, "must be a table, e.g. " + _EXAMPLES.get(key.rsplit(".", 1)[-1], "{ ... }")
+            )
         unknown = sorted(set(value) - set(allowed))
         if unknown:
             raise self.fail(
@@ -147,7 +152,11 @@ class _Checker:
         return value
 
     def number(self, key: str, value: Any, *, positive: bool) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+        ):
             raise self.fail(key, f"must be a number of seconds, got {value!r}")
         if positive and value <= 0:
             raise self.fail(key, f"must be > 0, got {value!r}")
@@ -157,7 +166,9 @@ class _Checker:
 
     def text(self, key: str, value: Any, example: str) -> str:
         if not isinstance(value, str) or not value:
-            raise self.fail(key, f"must be a non-empty string, e.g. {key.rsplit('.', 1)[-1]} = {example}")
+            raise self.fail(
+                key, f"must be a non-empty string, e.g. {key.rsplit('.', 1)[-1]} = {example}"
+            )
         return value
 
     def pointer(self, key: str, value: Any) -> Pointer:
@@ -165,12 +176,14 @@ class _Checker:
         if ptr is None:
             raise self.fail(
                 key,
-                f"{value!r} is not a JSON pointer; write it as \"/field\" or \"/outer/inner\" "
+                f'{value!r} is not a JSON pointer; write it as "/field" or "/outer/inner" '
                 "(RFC 6901: starts with /, ~0 for ~ and ~1 for /)",
             )
         return ptr
 
-    def call(self, key: str, value: Any, methods: tuple[str, ...], allowed_fields: set[str]) -> _Call:
+    def call(
+        self, key: str, value: Any, methods: tuple[str, ...], allowed_fields: set[str]
+    ) -> _Call:
         conf = self.table(key, value, ("method", "path"))
         method = conf.get("method", methods[0])
         if not isinstance(method, str) or method.upper() not in methods:
@@ -186,7 +199,11 @@ class _Checker:
         if not isinstance(path, str) or not path.startswith("/"):
             raise self.fail(f"{key}.path", f'{path!r} must start with "/", e.g. path = "/things"')
         try:
-            fields = [f for _, f, spec, conv in string.Formatter().parse(path) if f is not None or spec or conv]
+            fields = [
+                f
+                for _, f, spec, conv in string.Formatter().parse(path)
+                if f is not None or spec or conv
+            ]
             bad = [f for f in fields if f not in allowed_fields]
         except ValueError:
             bad = ["a stray { or }"]
@@ -200,7 +217,9 @@ class _Checker:
 
     def headers(self, key: str, value: Any) -> dict[str, str]:
         if not isinstance(value, Mapping):
-            raise self.fail(key, 'must be a table, e.g. headers = { Authorization = "Bearer ${TOKEN}" }')
+            raise self.fail(
+                key, 'must be a table, e.g. headers = { Authorization = "Bearer ${TOKEN}" }'
+            )
         out: dict[str, str] = {}
         for name, raw in value.items():
             where = f"{key}.{name}"
@@ -234,15 +253,18 @@ class _Checker:
         if value != raw:
             self.secrets.append(value)
         if any(c in value for c in "\r\n\0") or not value.isascii():
-            raise self.fail(key, "expands to characters not allowed in a header (non-ASCII, CR, LF)")
+            raise self.fail(
+                key, "expands to characters not allowed in a header (non-ASCII, CR, LF)"
+            )
         return value
 
     def values(self, key: str, value: Any) -> tuple[Any, ...]:
-        ok = isinstance(value, list) and all(
-            isinstance(v, (str, int, float, bool)) for v in value
-        )
+        ok = isinstance(value, list) and all(isinstance(v, (str, int, float, bool)) for v in value)
         if not ok or not value:
-            raise self.fail(key, f'must be a non-empty list of values, e.g. {key.rsplit(".", 1)[-1]} = ["delivered"]')
+            raise self.fail(
+                key,
+                f'must be a non-empty list of values, e.g. {key.rsplit(".", 1)[-1]} = ["delivered"]',
+            )
         return tuple(value)
 
 
@@ -259,7 +281,9 @@ def _operation(c: _Checker, name: str, conf: Any, default_timeout: float) -> _Op
     key = f"operations.{name}"
     conf = c.table(key, conf, OPERATION_KEYS)
     if "tier" not in conf:
-        raise c.fail(f"{key}.tier", 'missing; add tier = "full", "reconcilable", "partial" or "blind"')
+        raise c.fail(
+            f"{key}.tier", 'missing; add tier = "full", "reconcilable", "partial" or "blind"'
+        )
     try:
         tier = Tier(conf["tier"])
     except ValueError:
@@ -267,23 +291,43 @@ def _operation(c: _Checker, name: str, conf: Any, default_timeout: float) -> _Op
             f"{key}.tier",
             f"{conf['tier']!r} is not a tier; use one of full, reconcilable, partial, blind",
         ) from None
-    window = c.number(f"{key}.consistency_window", conf.get("consistency_window", DEFAULT_CONSISTENCY_WINDOW), positive=False)
+    window = c.number(
+        f"{key}.consistency_window",
+        conf.get("consistency_window", DEFAULT_CONSISTENCY_WINDOW),
+        positive=False,
+    )
     attempts = conf.get("attempts", DEFAULT_ATTEMPTS)
     if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-        raise c.fail(f"{key}.attempts", f"must be a whole number >= 1 (the one retry budget), got {attempts!r}")
+        raise c.fail(
+            f"{key}.attempts",
+            f"must be a whole number >= 1 (the one retry budget), got {attempts!r}",
+        )
     timeout = c.number(f"{key}.timeout", conf.get("timeout", default_timeout), positive=True)
     idem = conf.get("idempotency_header")
     if idem is not None and (not isinstance(idem, str) or not _TOKEN.match(idem)):
-        raise c.fail(f"{key}.idempotency_header", 'must be a header name, e.g. "Idempotency-Key"; omit it when the provider does not deduplicate')
+        raise c.fail(
+            f"{key}.idempotency_header",
+            'must be a header name, e.g. "Idempotency-Key"; omit it when the provider does not deduplicate',
+        )
     if "request" not in conf:
-        raise c.fail(f"{key}.request", 'missing; add request = { method = "POST", path = "/things" }')
+        raise c.fail(
+            f"{key}.request", 'missing; add request = { method = "POST", path = "/things" }'
+        )
     gets_key = tier in (Tier.RECONCILABLE, Tier.PARTIAL) or tier is Tier.FULL
-    request = c.call(f"{key}.request", conf["request"], REQUEST_METHODS, {"reconciliation_key"} if tier is not Tier.BLIND else set())
+    request = c.call(
+        f"{key}.request",
+        conf["request"],
+        REQUEST_METHODS,
+        {"reconciliation_key"} if tier is not Tier.BLIND else set(),
+    )
     key_field = conf.get("reconciliation_key_field")
     if key_field is not None:
         key_field = c.text(f"{key}.reconciliation_key_field", key_field, '"client_reference"')
         if tier is Tier.BLIND:
-            raise c.fail(f"{key}.reconciliation_key_field", "a blind operation gets no reconciliation key; remove it")
+            raise c.fail(
+                f"{key}.reconciliation_key_field",
+                "a blind operation gets no reconciliation key; remove it",
+            )
     carries = key_field is not None or "{reconciliation_key}" in request.path
     object_id = c.pointer(f"{key}.object_id", conf["object_id"]) if "object_id" in conf else None
 
@@ -295,7 +339,9 @@ def _operation(c: _Checker, name: str, conf: Any, default_timeout: float) -> _Op
                 f"a {tier} operation is verified by a person, so its query would never run; "
                 'remove it, or declare tier = "reconcilable" if the query reads the real effect',
             )
-        query = c.call(f"{key}.query", conf["query"], ("GET",), {"reconciliation_key", "provider_object_id"})
+        query = c.call(
+            f"{key}.query", conf["query"], ("GET",), {"reconciliation_key", "provider_object_id"}
+        )
         if "{reconciliation_key}" in query.path and not carries:
             raise c.fail(
                 f"{key}.query.path",
@@ -318,20 +364,34 @@ def _operation(c: _Checker, name: str, conf: Any, default_timeout: float) -> _Op
 
     status = c.pointer(f"{key}.status", conf["status"]) if "status" in conf else None
     applied = c.values(f"{key}.applied", conf["applied"]) if "applied" in conf else ()
-    not_applied = c.values(f"{key}.not_applied", conf["not_applied"]) if "not_applied" in conf else ()
+    not_applied = (
+        c.values(f"{key}.not_applied", conf["not_applied"]) if "not_applied" in conf else ()
+    )
     if status is not None and not applied:
-        raise c.fail(f"{key}.applied", 'missing: status needs the values that prove the effect, e.g. applied = ["delivered"]')
+        raise c.fail(
+            f"{key}.applied",
+            'missing: status needs the values that prove the effect, e.g. applied = ["delivered"]',
+        )
     if status is None and (applied or not_applied):
         which = "applied" if applied else "not_applied"
-        raise c.fail(f"{key}.status", f'missing: {which} needs a JSON pointer to read, e.g. status = "/status"')
+        raise c.fail(
+            f"{key}.status",
+            f'missing: {which} needs a JSON pointer to read, e.g. status = "/status"',
+        )
     both = set(map(repr, applied)) & set(map(repr, not_applied))
     if both:
-        raise c.fail(f"{key}.not_applied", f"{sorted(both)[0]} is in both applied and not_applied; keep it in one")
+        raise c.fail(
+            f"{key}.not_applied", f"{min(both)} is in both applied and not_applied; keep it in one"
+        )
     not_found = conf.get("not_found", "pending")
     if not_found not in ("pending", "not_applied"):
-        raise c.fail(f"{key}.not_found", f'{not_found!r} is not allowed; use "pending" or "not_applied"')
+        raise c.fail(
+            f"{key}.not_found", f'{not_found!r} is not allowed; use "pending" or "not_applied"'
+        )
     if "not_found" in conf and query is None:
-        raise c.fail(f"{key}.not_found", "applies to the query's 404, but there is no query; remove it")
+        raise c.fail(
+            f"{key}.not_found", "applies to the query's 404, but there is no query; remove it"
+        )
 
     verify = dict(DEFAULT_VERIFY)
     if "verify" in conf:
@@ -373,7 +433,15 @@ def _operation(c: _Checker, name: str, conf: Any, default_timeout: float) -> _Op
         query_by_object_id=query is not None and "{reconciliation_key}" not in query.path,
     )
     return _Operation(
-        spec, request, key_field, idem, object_id, query, status, applied, not_applied,
+        spec,
+        request,
+        key_field,
+        idem,
+        object_id,
+        query,
+        status,
+        applied,
+        not_applied,
         not_found == "not_applied",
     )
 
@@ -392,13 +460,18 @@ class HttpProvider(BaseProvider):
             raise c.fail("base_url", 'missing; add base_url = "https://api.example.com"')
         base = conf["base_url"]
         if not isinstance(base, str) or not base.startswith(("http://", "https://")):
-            raise c.fail("base_url", f'{base!r} must be an http:// or https:// URL, e.g. "https://api.example.com"')
+            raise c.fail(
+                "base_url",
+                f'{base!r} must be an http:// or https:// URL, e.g. "https://api.example.com"',
+            )
         self._base = base.rstrip("/")
         timeout = c.number("timeout", conf.get("timeout", DEFAULT_TIMEOUT), positive=True)
         self._headers = c.headers("headers", conf.get("headers", {}))
         ops = conf.get("operations")
         if not isinstance(ops, Mapping) or not ops:
-            raise c.fail("operations", f"missing; add at least one [providers.{name}.operations.OP] table")
+            raise c.fail(
+                "operations", f"missing; add at least one [providers.{name}.operations.OP] table"
+            )
         self._ops = {op: _operation(c, op, oconf, timeout) for op, oconf in ops.items()}
         self._redact = Redactor(c.secrets)
         self._client = client
@@ -433,8 +506,13 @@ class HttpProvider(BaseProvider):
             headers[op.idempotency_header] = request.idempotency_key
         url = self._url(op.request.path, reconciliation_key=request.reconciliation_key)
         ex = exchange(
-            self._client, op.request.method, url, timeout=request.timeout, headers=headers,
-            json_body=body, redact=self._redact,
+            self._client,
+            op.request.method,
+            url,
+            timeout=request.timeout,
+            headers=headers,
+            json_body=body,
+            redact=self._redact,
         )
         if ex.wire is not Wire.ANSWERED:
             return WireResult(ex.wire, detail=ex.problem)
@@ -504,7 +582,11 @@ class HttpProvider(BaseProvider):
             provider_object_id=target.provider_object_id,
         )
         ex = exchange(
-            self._client, "GET", url, timeout=op.spec.timeout, headers=self._headers,
+            self._client,
+            "GET",
+            url,
+            timeout=op.spec.timeout,
+            headers=self._headers,
             redact=self._redact,
         )
         return self._observe(op, ex)
@@ -516,11 +598,19 @@ class HttpProvider(BaseProvider):
         code = ex.status_code
         if code == 404:
             if op.not_found_absent:
-                return Observation(Seen.NOT_APPLIED, detail="404: absent (not_found = not_applied)", evidence=evidence)
+                return Observation(
+                    Seen.NOT_APPLIED,
+                    detail="404: absent (not_found = not_applied)",
+                    evidence=evidence,
+                )
             return Observation(Seen.NOT_YET, detail="404: not visible yet", evidence=evidence)
         if not ex.ok:
             shown = f": {excerpt(ex.body)}" if ex.body else ""
-            return Observation(Seen.UNKNOWN, detail=self._redact(f"unexpected reply HTTP {code}{shown}"), evidence=evidence)
+            return Observation(
+                Seen.UNKNOWN,
+                detail=self._redact(f"unexpected reply HTTP {code}{shown}"),
+                evidence=evidence,
+            )
         if ex.body is None:
             return Observation(Seen.UNKNOWN, detail=ex.problem, evidence=evidence)
         body, problem = parse_json(ex.body) if ex.body else (None, "empty reply")
@@ -544,12 +634,17 @@ class HttpProvider(BaseProvider):
             return Observation(Seen.APPLIED, object_id, f"{op.status.text} = {shown}", evidence)
         if _member(value, op.not_applied):
             return Observation(Seen.NOT_APPLIED, object_id, f"{op.status.text} = {shown}", evidence)
-        return Observation(Seen.NOT_YET, object_id, f"{op.status.text} = {shown}, not terminal", evidence)
+        return Observation(
+            Seen.NOT_YET, object_id, f"{op.status.text} = {shown}, not terminal", evidence
+        )
 
 
 def _member(value: Any, options: tuple[Any, ...]) -> bool:
     """Equality that keeps True apart from 1 (JSON true is not the number 1)."""
     return any(type(value) is type(o) and value == o for o in options) or (
-        isinstance(value, (int, float)) and not isinstance(value, bool)
-        and any(isinstance(o, (int, float)) and not isinstance(o, bool) and value == o for o in options)
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and any(
+            isinstance(o, (int, float)) and not isinstance(o, bool) and value == o for o in options
+        )
     )

@@ -7,7 +7,6 @@ read up to :data:`settled.providers._wire.MAX_BODY` bytes; a larger reply is lef
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -28,7 +27,6 @@ from .base import (
     Wire,
     WireResult,
 )
-
 
 # key -> (accepted types, description for the error message, default)
 _CONF: dict[str, tuple[tuple[type, ...], str, Any]] = {
