@@ -7,8 +7,13 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
+import subprocess
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -329,3 +334,44 @@ def test_declarations() -> None:
     assert (spec.tier, spec.attempts, spec.dedupes_keys, spec.timeout) == (Tier.FULL, 2, True, 1.5)
     assert not spec.queryable and not spec.carries_key
     assert "202" in spec.proof
+
+
+def test_tls_verification_stays_on(tmp_path: Path) -> None:
+    """A self-signed certificate on loopback: nothing is sent, and it says why."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=30,
+    )  # fmt: skip
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    received: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            received.append(self.path)
+            self.send_response(201)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            return None
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        conf = {
+            "base_url": f"https://127.0.0.1:{server.server_address[1]}",
+            "operations": {"op": {"tier": "full", "request": {"path": "/x"}}},
+        }
+        with Registry({"api": {"type": "http", **conf}}) as reg:
+            result = reg.provider("api").execute(req())
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert result.wire is Wire.NOT_CONNECTED and "CERTIFICATE_VERIFY_FAILED" in result.detail
+    assert received == []
