@@ -313,7 +313,6 @@ def _operation(c: _Checker, name: str, conf: Any, default_timeout: float) -> _Op
         raise c.fail(
             f"{key}.request", 'missing; add request = { method = "POST", path = "/things" }'
         )
-    gets_key = tier in (Tier.RECONCILABLE, Tier.PARTIAL) or tier is Tier.FULL
     request = c.call(
         f"{key}.request",
         conf["request"],
@@ -427,7 +426,7 @@ def _operation(c: _Checker, name: str, conf: Any, default_timeout: float) -> _Op
         verify_interval=verify["interval"],
         verify_deadline=verify["deadline"],
         queryable=query is not None,
-        carries_key=gets_key and carries,
+        carries_key=carries,  # blind requests cannot carry a key (refused above)
         verifies=verifies,
         proof=proof,
         query_by_object_id=query is not None and "{reconciliation_key}" not in query.path,
