@@ -132,6 +132,7 @@ MISTAKES = [
     ("headers", {"Bad Header": "x"}, "headers.Bad Header", "header name"),
     ("operations", None, "providers.mail.operations", "operations.OP]"),
     ("timeout", 0, "providers.mail.timeout", "> 0"),
+    ("base_url", "https://u:pw@api.example.com", "providers.mail.base_url", "in headers"),
 ]
 
 
@@ -184,3 +185,12 @@ def test_cli_surfaces_config_errors_and_leaves_the_ledger(tmp_path: Path) -> Non
     assert sent.returncode == 1 and sent.stderr.strip() == line
     db = Path(os.environ["SETTLED_DB"])
     assert not db.exists() or "mail" not in run_cli("queue", "--status", "all", "--json").stdout
+
+
+def test_full_operation_cannot_take_a_404_as_proof() -> None:
+    conf = with_change("operations.send.tier", "full")
+    conf["operations"]["send"]["not_found"] = "not_applied"
+    with pytest.raises(
+        ConfigError, match='operations.send.not_found: .* use not_found = "pending"'
+    ):
+        build(conf)

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import httpx
@@ -245,6 +245,8 @@ class CalDavProvider(BaseProvider):
                 f"url: {'missing' if url is None else repr(url)}; set url to the calendar "
                 'collection, e.g. url = "https://cal.example.com/alice/work/"'
             )
+        if urlsplit(url).username is not None:
+            raise ConfigError("url: must not carry credentials; use username and password")
         self._url = url if url.endswith("/") else url + "/"
         secrets: list[str] = []
         self._headers: dict[str, str] = {}

@@ -26,7 +26,7 @@ import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 
@@ -391,6 +391,14 @@ def _operation(c: _Checker, name: str, conf: Any, default_timeout: float) -> _Op
         raise c.fail(
             f"{key}.not_found", "applies to the query's 404, but there is no query; remove it"
         )
+    if not_found == "not_applied" and tier is Tier.FULL:
+        # A full operation has no window: its query runs right after an ambiguous reply,
+        # while the request may still be in progress, so a 404 then proves nothing.
+        raise c.fail(
+            f"{key}.not_found",
+            "a full operation's query runs at once after an ambiguous reply, when a 404 "
+            'cannot prove absence; use not_found = "pending"',
+        )
 
     verify = dict(DEFAULT_VERIFY)
     if "verify" in conf:
@@ -462,6 +470,12 @@ class HttpProvider(BaseProvider):
             raise c.fail(
                 "base_url",
                 f'{base!r} must be an http:// or https:// URL, e.g. "https://api.example.com"',
+            )
+        if urlsplit(base).username is not None:
+            raise c.fail(
+                "base_url",
+                "must not carry credentials; send them in headers, e.g. "
+                'headers = { Authorization = "Bearer ${TOKEN}" }',
             )
         self._base = base.rstrip("/")
         timeout = c.number("timeout", conf.get("timeout", DEFAULT_TIMEOUT), positive=True)
