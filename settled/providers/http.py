@@ -437,7 +437,9 @@ def _operation(c: _Checker, name: str, conf: Any, default_timeout: float) -> _Op
         carries_key=carries,  # blind requests cannot carry a key (refused above)
         verifies=verifies,
         proof=proof,
-        query_by_object_id=query is not None and "{reconciliation_key}" not in query.path,
+        query_by_object_id=query is not None
+        and "{provider_object_id}" in query.path
+        and "{reconciliation_key}" not in query.path,
     )
     return _Operation(
         spec,
