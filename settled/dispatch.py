@@ -166,6 +166,10 @@ class Dispatcher:
         An existing ``action_id`` with the same params returns that record and sends
         nothing; with other params it raises ``Conflict``."""
         spec = self.registry.operation(provider, operation)
+        # A provider may refuse params it could never send (UsageError): nothing is recorded.
+        check = getattr(self.registry.provider(provider), "check_params", None)
+        if check is not None:
+            check(operation, params)
         now = self.clock.now()
         at = to_text(now)
         strategy = build_strategy(

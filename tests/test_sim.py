@@ -509,3 +509,19 @@ def test_after_send_crash_point_kills_between_request_and_reply(server: SimServe
     while server.effects_for("a1") == 0 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert server.effects_for("a1") == 1  # the request left before the process died
+
+
+def test_plain_params_body_is_accepted(server: SimServer, client: httpx.Client) -> None:
+    """A generic HTTP client sends the params as the body, with the key in a field."""
+    r = client.post(
+        f"{server.url}/v1/send",
+        json={"to": "x", "reconciliation_key": "rk-p"},
+        headers={"Idempotency-Key": "a-plain:1"},
+    )
+    assert r.status_code == 202
+    [req] = server.requests_for("a-plain")
+    assert (req["reconciliation_key"], req["idempotency_key"]) == ("rk-p", "a-plain:1")
+    assert server.effect_view("rk-p") == {"status": "delivered", "id": r.json()["id"]}
+    # No idempotency key: the action is named by the reconciliation key.
+    assert client.post(f"{server.url}/v1/book", json={"reconciliation_key": "rk-q"}).status_code == 201
+    assert server.effects_for("rk-q") == 1

@@ -64,3 +64,78 @@ def providers(
 
 def register(app: typer.Typer) -> None:
     app.add_typer(providers_app, name="providers")
+
+
+@providers_app.command("audit")
+def audit_cmd(
+    as_json: bool = typer.Option(False, "--json", help="The audit as one JSON object."),
+) -> None:
+    """Which operations would lie, and which declared windows the ledger contradicts.
+
+    Answers five questions per operation, adds figures from the ledger, and suggests
+    changes. Exit 4 when any operation carries completion-ownership debt."""
+    from ..audit import audit
+
+    reg = STATE.registry()
+    reg.load_all()
+    specs = {
+        (name, op): spec
+        for name in reg.names()
+        for op, spec in reg.provider(name).operations().items()
+    }
+    report = audit(STATE.ledger(), specs)
+    code = 4 if report.debt else 0
+    if as_json:
+        emit_json(report.to_json())
+        raise typer.Exit(code)
+    render_audit(report)
+    raise typer.Exit(code)
+
+
+def render_audit(report: object) -> None:
+    from rich.table import Table
+
+    from ..audit import QUESTIONS, AuditReport
+
+    assert isinstance(report, AuditReport)
+    con = console()
+    if not report.operations:
+        con.print("nothing to audit: no providers configured and no records in the ledger")
+        return
+    t = Table(title="providers audit", title_justify="left")
+    for col in ("provider/operation", "tier", "q1", "q2", "q3", "q4", "q5", "debt"):
+        t.add_column(col, overflow="fold")
+    for op in report.operations:
+        marks = [a.answer + ("!" if a.debt else "") for a in op.answers] or ["-"] * 5
+        t.add_row(
+            f"{op.provider}/{op.operation}",
+            str(op.spec.tier) if op.spec else "not configured",
+            *marks,
+            "DEBT" if op.debt else "",
+        )
+    con.print(t)
+    for q, text in QUESTIONS.items():
+        con.print(f"  {q}: {text}", markup=False)
+    for op in report.operations:
+        f = op.figures
+        con.print(f"\n[bold]{op.provider}/{op.operation}[/]")
+        for a in op.answers:
+            if a.answer != "yes":
+                con.print(f"  {a.question} {a.answer}: {a.why}", markup=False)
+        rate = f"{f.unresolved_rate:.0%}" if f.unresolved_rate is not None else "-"
+        con.print(
+            f"  records {f.total}: confirmed {f.confirmed}, failed {f.failed}, "
+            f"unresolved {f.unresolved} ({rate}), pending {f.pending}",
+            markup=False,
+        )
+        if f.first_seen_n:
+            window = f"{op.spec.consistency_window:g} s" if op.spec else "-"
+            con.print(
+                f"  first observation: p50 {f.first_seen_p50:g} s, p95 {f.first_seen_p95:g} s "
+                f"over {f.first_seen_n} (window {window})",
+                markup=False,
+            )
+        for s in op.suggestions:
+            con.print(f"  → {s}", markup=False)
+    if report.debt:
+        con.print(f"\ncompletion-ownership debt: {', '.join(report.debt)}", markup=False)

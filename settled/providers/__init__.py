@@ -10,8 +10,9 @@ Providers are built lazily, so commands that only read the ledger never import h
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from ..errors import ConfigError, UnknownProvider
 
@@ -28,6 +29,7 @@ BUILTIN: dict[str, str] = {
     "caldav": "settled.providers.caldav:create",
 }
 ENTRY_POINT_GROUP = "settled.providers"
+_KEY_PATH = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*: ")
 
 
 def _load_ref(ref: str) -> Factory:
@@ -103,7 +105,10 @@ class Registry:
             provider = factory(name, rest, self.client)
         except ConfigError as exc:
             msg = str(exc)
-            raise ConfigError(msg if msg.startswith(self._source) else f"{where}: {msg}") from None
+            if not msg.startswith(self._source):
+                # "operations.send.tier: …" continues the key path; anything else is a sentence.
+                msg = f"{where}.{msg}" if _KEY_PATH.match(msg) else f"{where}: {msg}"
+            raise ConfigError(msg) from None
         self._providers[name] = provider
         return provider
 
@@ -121,6 +126,12 @@ class Registry:
         """Build every configured provider now, so config mistakes surface at once."""
         for name in self.names():
             self.provider(name)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         for p in self._providers.values():

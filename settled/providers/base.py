@@ -34,6 +34,8 @@ class OperationSpec:
     carries_key: bool = False  # the request carries the reconciliation key
     snapshots: bool = False  # takes a pre-dispatch snapshot for attribution
     verifies: str = ""  # what observes the effect, in words (for `settled providers`)
+    proof: str = ""  # full tier: what in the reply proves the effect, in words
+    query_by_object_id: bool = False  # the query needs the id from the reply (lost with it)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -47,6 +49,7 @@ class OperationSpec:
             "verify_interval": self.verify_interval,
             "verify_deadline": self.verify_deadline,
             "verifies": self.verifies,
+            "proof": self.proof,
         }
 
 

@@ -2,12 +2,11 @@
 
 It declares one operation per tier (and a snapshotting ``set``), puts each request on
 the wire once, and reports only what the wire showed (``base.py``). Reply bodies are
-read up to :data:`MAX_BODY` bytes; a larger reply is left unread.
+read up to :data:`settled.providers._wire.MAX_BODY` bytes; a larger reply is left unread.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -17,6 +16,7 @@ import httpx
 from .. import faults
 from ..errors import ConfigError, UnknownProvider
 from ..model import Tier
+from ._wire import MAX_BODY, NOT_SENT, describe, excerpt, parse_json, read_capped  # noqa: F401
 from .base import (
     BaseProvider,
     Observation,
@@ -27,9 +27,6 @@ from .base import (
     Wire,
     WireResult,
 )
-
-MAX_BODY = 1024 * 1024
-TOO_BIG = f"reply larger than {MAX_BODY} bytes, not read"
 
 # key -> (accepted types, description for the error message, default)
 _CONF: dict[str, tuple[tuple[type, ...], str, Any]] = {
@@ -93,7 +90,8 @@ class SimProvider(BaseProvider):
         effects = "GET /v1/effects/{reconciliation_key}"
         self._ops = {
             "book": OperationSpec(
-                "book", Tier.FULL, queryable=True, carries_key=True, verifies=effects, **common
+                "book", Tier.FULL, queryable=True, carries_key=True, verifies=effects,
+                proof='201 {"status": "booked"}', **common
             ),
             "send": OperationSpec(
                 "send", Tier.RECONCILABLE, queryable=True, carries_key=True, verifies=effects,
@@ -134,13 +132,13 @@ class SimProvider(BaseProvider):
                 timeout=request.timeout,
                 extensions=_AFTER_SEND,
             ) as resp:
-                raw, problem = _read_capped(resp)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+                raw, problem = read_capped(resp)
+        except NOT_SENT as exc:
             # Nothing left this machine: refused, unreachable, no free connection.
-            return WireResult(Wire.NOT_CONNECTED, detail=_describe(exc))
+            return WireResult(Wire.NOT_CONNECTED, detail=describe(exc))
         except httpx.TransportError as exc:
             # Sent, or maybe sent, and no status line came back.
-            return WireResult(Wire.NO_ANSWER, detail=_describe(exc))
+            return WireResult(Wire.NO_ANSWER, detail=describe(exc))
         return _answered(request.operation, resp, raw, problem)
 
     # -- query and snapshot -------------------------------------------------------------
@@ -220,12 +218,12 @@ class SimProvider(BaseProvider):
         """``(status_code, parsed body, error)``; error is "" when the body is JSON."""
         try:
             with self._client.stream("GET", url, timeout=self._timeout) as resp:
-                raw, problem = _read_capped(resp)
+                raw, problem = read_capped(resp)
         except httpx.TransportError as exc:
-            return None, None, _describe(exc)
+            return None, None, describe(exc)
         if raw is None:
             return resp.status_code, None, problem
-        body, problem = _parse(raw)
+        body, problem = parse_json(raw)
         return resp.status_code, body, problem
 
 
@@ -247,11 +245,11 @@ def _answered(op: str, resp: httpx.Response, raw: bytes | None, problem: str) ->
     if raw is None:
         notes.append(problem)
     elif raw:
-        body, problem = _parse(raw)
+        body, problem = parse_json(raw)
         if problem:
             notes.append(problem)
         elif not 200 <= code < 300:
-            notes.append(f"body: {raw[:200].decode('utf-8', 'replace')}")
+            notes.append(f"body: {excerpt(raw)}")
     object_id = None
     if isinstance(body, dict):
         found = body.get("id", body.get("receipt"))
@@ -269,39 +267,6 @@ def _answered(op: str, resp: httpx.Response, raw: bytes | None, problem: str) ->
     )
 
 
-def _read_capped(resp: httpx.Response) -> tuple[bytes | None, str]:
-    """The body, or ``(None, why)`` when it is larger than MAX_BODY or unreadable.
-
-    Stops reading at the cap, so a huge reply never sits in memory; leaving the
-    ``stream`` block then closes the connection instead of draining it."""
-    declared = resp.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY:
-        return None, TOO_BIG
-    buf = bytearray()
-    try:
-        for chunk in resp.iter_bytes():
-            buf += chunk
-            if len(buf) > MAX_BODY:
-                return None, TOO_BIG
-    except (httpx.TransportError, httpx.DecodingError) as exc:
-        return None, f"reply body unreadable: {_describe(exc)}"
-    return bytes(buf), ""
-
-
-def _parse(raw: bytes) -> tuple[Any, str]:
-    try:
-        return json.loads(raw), ""
-    except UnicodeDecodeError:
-        return None, "reply body is not valid UTF-8"
-    except ValueError:
-        return None, "reply body is not JSON"
-
-
 def _setting_name(params: Any) -> str | None:
     name = params.get("name") if isinstance(params, Mapping) else None
     return name if isinstance(name, str) else None
-
-
-def _describe(exc: Exception) -> str:
-    text = str(exc) or "no message"
-    return f"{type(exc).__name__}: {text}"

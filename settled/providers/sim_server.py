@@ -2,7 +2,11 @@
 fault plan and exact ground truth. Standard library only.
 
 Operations (``POST /v1/{op}``, JSON body ``{"action_id", "reconciliation_key", "params"}``,
-header ``Idempotency-Key``) and their normal replies:
+header ``Idempotency-Key``) and their normal replies. A body without ``"params"`` is
+taken as the params themselves (what a generic HTTP client such as the ``http``
+provider sends), with the key in its ``"reconciliation_key"`` field and the action
+named by the ``Idempotency-Key`` header's ``{action_id}:{attempt}``, else by an
+``"action_id"`` field, else by the reconciliation key:
 
     book     201 {"id": "bk-…", "status": "booked"}       the reply proves the effect
     send     202 {"id": "msg-…", "status": "queued"}      the reply only says queued
@@ -494,11 +498,18 @@ class _Handler(BaseHTTPRequestHandler):
         if op not in OPERATIONS:
             return self._send(_json(404, {"error": f"unknown operation {op!r}"}))
         rkey = body.get("reconciliation_key") if isinstance(body, dict) else None
+        ikey = self.headers.get("Idempotency-Key") or None
+        if not error and isinstance(body, dict) and "params" not in body:
+            # A plain body (what a generic HTTP client sends): the body is the params.
+            # The action is named by the idempotency key ("{action_id}:{attempt}"),
+            # else an "action_id" field, else the reconciliation key.
+            named = ikey.rpartition(":")[0] if ikey and ":" in ikey else None
+            action_id = named or body.get("action_id") or rkey
+            body = {"action_id": action_id, "params": body}
         if error or not isinstance(body, dict) or not isinstance(body.get("action_id"), str):
             return self._send(_json(400, {"error": error or "body needs an action_id string"}))
         if rkey is not None and not isinstance(rkey, str):
             return self._send(_json(400, {"error": "reconciliation_key must be a string or null"}))
-        ikey = self.headers.get("Idempotency-Key") or None
         outcome = self.sim._process(op, body["action_id"], rkey, ikey, body.get("params"))
         self._perform(outcome)
 

@@ -1,0 +1,429 @@
+"""The audit behind ``settled providers audit``: which operations would lie, and which
+declared windows their own history contradicts.
+
+Two parts per operation:
+
+1. **Five questions** (from the design notes), answered from the operation's
+   declaration and from what settled itself enforces:
+
+   - ``q1`` Does the return value tell queued from applied?
+   - ``q2`` If the effect is asynchronous, is there a way to reach a terminal state?
+   - ``q3`` Is verification enforced before success?
+   - ``q4`` Does a verification timeout surface as unresolved?
+   - ``q5`` Is there one retry budget?
+
+   An answer of ``no`` that matters for the tier is *completion-ownership debt*.
+   ``manual`` means a person verifies, as declared (partial and blind tiers): honest,
+   not debt, but said out loud. ``partly`` means it works except in a case named.
+
+2. **Figures from the ledger** (aggregate SQL only; no record is loaded), and the
+   contradictions between them and the declaration. What is counted:
+
+   - ``first_seen``: seconds from dispatch to the first observation, for records
+     confirmed by reconciliation (``dispatched_at`` → ``confirmed_at``); p50/p95 by
+     nearest rank; ``late`` = those that needed more than one check, i.e. the effect
+     was not visible when the consistency window ended.
+   - ``unproven_replies``: 2xx replies to a ``full`` operation that did not prove the
+     effect (outcome verdict ``accepted``): the tier's claim did not hold for them.
+   - ``accepted_then_absent``: replies that accepted a request whose effect
+     reconciliation later proved absent (same attempt).
+   - ``budget_spent``: verifications that ran out of budget having seen nothing final.
+   - ``found_by_person``: actions a person resolved as applied after the query had
+     checked and not seen them: the query missed a real effect, or gave up too soon.
+
+   settled never re-checks a ``CONFIRMED`` record, so a ``full`` reply that proved an
+   effect which later vanished cannot be seen here; the contradictions above are the
+   ones a ledger can show.
+
+Nothing here imports the CLI; ``settled.cli.providers_cmd`` renders the report.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .ledger import Ledger
+from .model import Tier
+from .providers.base import OperationSpec
+
+MIN_EVIDENCE = 5  # records needed before history overrules a declaration
+LATE_SHARE = 0.05  # share of late observations that makes a window too short
+QUESTIONS = {
+    "q1": "Does the return value tell queued from applied?",
+    "q2": "If async, is there a way to reach a terminal state?",
+    "q3": "Is verification enforced before success?",
+    "q4": "Does a verification timeout surface as unresolved?",
+    "q5": "Is there one retry budget?",
+}
+
+
+@dataclass
+class Answer:
+    question: str
+    answer: str  # yes | no | partly | manual | n/a
+    why: str
+    debt: bool = False
+
+
+@dataclass
+class Figures:
+    total: int = 0
+    confirmed: int = 0
+    failed: int = 0
+    unresolved: int = 0
+    pending: int = 0
+    confirmed_by_provider: int = 0
+    confirmed_by_reconciliation: int = 0
+    confirmed_by_person: int = 0
+    checked: int = 0  # records the query ran for at least once
+    reconciled_absent: int = 0  # reconciliation proved the effect absent
+    proven_replies: int = 0
+    unproven_replies: int = 0
+    ambiguous_sends: int = 0
+    accepted_then_absent: int = 0
+    budget_spent: int = 0
+    found_by_person: int = 0
+    first_seen_n: int = 0
+    first_seen_p50: float | None = None
+    first_seen_p95: float | None = None
+    late: int = 0
+
+    @property
+    def unresolved_rate(self) -> float | None:
+        return self.unresolved / self.total if self.total else None
+
+    @property
+    def observed(self) -> int:
+        return self.confirmed_by_reconciliation + self.reconciled_absent
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["unresolved_rate"] = self.unresolved_rate
+        return out
+
+
+@dataclass
+class OperationAudit:
+    provider: str
+    operation: str
+    spec: OperationSpec | None
+    figures: Figures
+    answers: list[Answer] = field(default_factory=list)
+    suggestions: list[str] = field(default_factory=list)
+
+    @property
+    def debt(self) -> bool:
+        return any(a.debt for a in self.answers)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "provider": self.provider,
+            "operation": self.operation,
+            "declared": self.spec.to_json() if self.spec else None,
+            "debt": self.debt,
+            "answers": [
+                {
+                    "question": a.question,
+                    "text": QUESTIONS[a.question],
+                    "answer": a.answer,
+                    "why": a.why,
+                    "debt": a.debt,
+                }
+                for a in self.answers
+            ],
+            "figures": self.figures.to_json(),
+            "suggestions": self.suggestions,
+        }
+
+
+@dataclass
+class AuditReport:
+    operations: list[OperationAudit]
+
+    @property
+    def debt(self) -> list[str]:
+        return [f"{o.provider}.{o.operation}" for o in self.operations if o.debt]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"operations": [o.to_json() for o in self.operations], "debt": self.debt}
+
+
+# -- the questions -------------------------------------------------------------------------
+
+
+def answer(spec: OperationSpec) -> list[Answer]:
+    """The five answers a declaration gives, before any history."""
+    tier = spec.tier
+    if tier is Tier.FULL:
+        q1 = (
+            Answer("q1", "yes", f"the reply proves the effect only when: {spec.proof}")
+            if spec.proof
+            else Answer(
+                "q1",
+                "partly",
+                "declared full, but the provider does not say what in its reply proves it",
+            )
+        )
+        q2 = (
+            Answer("q2", "yes", f"a lost or ambiguous reply is reconciled by: {spec.verifies}")
+            if spec.queryable and (spec.carries_key or not spec.query_by_object_id)
+            else Answer(
+                "q2",
+                "partly",
+                "a lost or ambiguous reply can only be settled by a person (no query by key)",
+            )
+        )
+        q3 = Answer(
+            "q3", "yes", "CONFIRMED only on a reply that proves the effect, or an observation"
+        )
+    elif tier is Tier.RECONCILABLE:
+        q1 = Answer("q1", "yes", "settled reads every reply as accepted only, never as applied")
+        if not spec.queryable:
+            q2 = Answer(
+                "q2",
+                "no",
+                "declared reconcilable but has no query: nothing can reach a terminal state",
+                True,
+            )
+        elif spec.query_by_object_id:
+            q2 = Answer(
+                "q2",
+                "partly",
+                "the query needs the id from the reply; a lost reply leaves it to a person",
+            )
+        else:
+            q2 = Answer("q2", "yes", f"the verifier queries the real effect: {spec.verifies}")
+        q3 = Answer("q3", "yes", "CONFIRMED only after the query observes the effect")
+    elif tier is Tier.PARTIAL:
+        q1 = Answer(
+            "q1",
+            "manual",
+            "the reply proves delivery only (declared partial); settled never reads it as applied",
+        )
+        q2 = Answer(
+            "q2", "manual", "past the window a person verifies (settled resolve); declared honestly"
+        )
+        q3 = Answer("q3", "manual", "a person attests before CONFIRMED; never automatic")
+    else:
+        q1 = Answer("q1", "manual", "nothing comes back (declared blind)")
+        q2 = Answer(
+            "q2", "manual", "no query: a person verifies (settled resolve); declared honestly"
+        )
+        q3 = Answer("q3", "manual", "a person attests before CONFIRMED; never automatic")
+    if tier in (Tier.FULL, Tier.RECONCILABLE) and spec.queryable:
+        q4 = Answer(
+            "q4",
+            "yes",
+            f"after verify deadline ({spec.verify_deadline:g} s) it becomes DENIED_UNRESOLVED, never CONFIRMED",
+        )
+    elif tier is Tier.BLIND:
+        q4 = Answer("q4", "yes", "unresolved at once, until a person settles it")
+    else:
+        q4 = Answer(
+            "q4", "yes", "whatever the reply leaves open becomes DENIED_UNRESOLVED for a person"
+        )
+    if spec.attempts <= 1:
+        q5 = Answer("q5", "yes", "one try, in the dispatcher; nothing repeats")
+    elif spec.dedupes_keys:
+        q5 = Answer(
+            "q5",
+            "yes",
+            f"{spec.attempts} tries in the dispatcher; ambiguous sends repeat with the same key, which the provider deduplicates",
+        )
+    else:
+        q5 = Answer(
+            "q5",
+            "yes",
+            f"{spec.attempts} tries in the dispatcher, only for sends that never connected (no key dedupe)",
+        )
+    return [q1, q2, q3, q4, q5]
+
+
+def judge(op: OperationAudit) -> None:
+    """Let history overrule the declaration where it contradicts it, and suggest."""
+    spec, f = op.spec, op.figures
+    if spec is None:
+        op.suggestions.append(
+            "not configured here: its records cannot be verified or audited against a declaration"
+        )
+        return
+    q = {a.question: a for a in op.answers}
+    manual = spec.tier in (Tier.PARTIAL, Tier.BLIND)
+    if manual:
+        op.suggestions.append(
+            f"manual verification: every {spec.tier} action waits for a person (declared honestly)"
+        )
+    if spec.queryable and not manual and f.checked >= MIN_EVIDENCE and f.observed == 0:
+        q["q2"].answer, q["q2"].debt = "no", True
+        q["q2"].why = f"the query ran for {f.checked} action(s) and never observed anything final"
+        op.suggestions.append(
+            f"declared {spec.tier} but 0 of {f.checked} ever observed: is the query pointing at the real effect?"
+        )
+    replies = f.proven_replies + f.unproven_replies
+    if (
+        spec.tier is Tier.FULL
+        and f.unproven_replies >= MIN_EVIDENCE
+        and f.unproven_replies * 2 >= replies
+    ):
+        q["q1"].answer = "partly"
+        q["q1"].why = f"{f.unproven_replies} of {replies} 2xx replies proved nothing"
+        op.suggestions.append(
+            f"declared full but {f.unproven_replies} of {replies} 2xx replies proved nothing: "
+            "it behaves as reconcilable; declare it so, with a query"
+        )
+    if f.first_seen_p95 is not None and f.first_seen_n >= MIN_EVIDENCE:
+        window = spec.consistency_window
+        if f.first_seen_p95 > window and f.late >= max(1, LATE_SHARE * f.first_seen_n):
+            op.suggestions.append(
+                f"window {window:g} s but p95 visibility {f.first_seen_p95:.0f} s "
+                f"({f.late} of {f.first_seen_n} not visible at the first check): raise "
+                f"consistency_window to about {math.ceil(f.first_seen_p95)} s"
+            )
+        if f.first_seen_p95 > 0.8 * (window + spec.verify_deadline):
+            op.suggestions.append(
+                f"p95 visibility {f.first_seen_p95:.0f} s is close to the whole budget "
+                f"(window {window:g} s + verify deadline {spec.verify_deadline:g} s): raise verify.deadline"
+            )
+    if f.budget_spent and spec.queryable:
+        op.suggestions.append(
+            f"{f.budget_spent} verification(s) ran out of budget ({spec.verify_deadline:g} s) seeing "
+            "nothing final: raise verify.deadline, or check the query"
+        )
+    if f.found_by_person:
+        op.suggestions.append(
+            f"a person found {f.found_by_person} effect(s) applied that the query had not seen: "
+            "check the query reads the real effect, or give it a longer budget"
+        )
+    if f.accepted_then_absent:
+        op.suggestions.append(
+            f"{f.accepted_then_absent} accepted request(s) never took effect: an acceptance is not success"
+        )
+    rate = f.unresolved_rate
+    if not manual and rate is not None and f.total >= MIN_EVIDENCE and rate >= 0.2:
+        hint = (
+            "; the provider does not deduplicate keys, so ambiguous sends are never repeated: "
+            "declare an idempotency header if it supports one"
+            if not spec.dedupes_keys and f.ambiguous_sends
+            else ""
+        )
+        op.suggestions.append(f"{rate:.0%} of actions are unresolved{hint}")
+
+
+# -- the figures ---------------------------------------------------------------------------
+
+_COUNTS = """
+SELECT provider, operation, count(*),
+       sum(status = 'CONFIRMED'), sum(status = 'FAILED'), sum(status = 'DENIED_UNRESOLVED'),
+       sum(status IN ('PENDING', 'IN_FLIGHT', 'AWAITING_VERIFICATION')),
+       sum(confirmed_by = 'provider'), sum(confirmed_by = 'reconciliation'),
+       sum(confirmed_by LIKE 'operator:%'), sum(checks > 0),
+       sum(confirmed_by = 'reconciliation' AND checks > 1)
+FROM actions GROUP BY provider, operation
+"""
+
+_FIRST_SEEN = """
+WITH d AS (
+  SELECT provider, operation,
+         round((julianday(confirmed_at) - julianday(dispatched_at)) * 86400.0, 3) AS s
+  FROM actions
+  WHERE confirmed_by = 'reconciliation' AND dispatched_at IS NOT NULL
+), r AS (
+  SELECT provider, operation, s,
+         row_number() OVER (PARTITION BY provider, operation ORDER BY s) AS i,
+         count(*) OVER (PARTITION BY provider, operation) AS n
+  FROM d
+)
+SELECT provider, operation, n,
+       max(CASE WHEN i = (n * 50 + 99) / 100 THEN s END),
+       max(CASE WHEN i = (n * 95 + 99) / 100 THEN s END)
+FROM r GROUP BY provider, operation, n
+"""
+
+_EVENTS = """
+SELECT a.provider, a.operation, e.kind, e.to_status,
+       CASE e.kind
+         WHEN 'outcome' THEN json_extract(e.detail, '$.verdict')
+         WHEN 'resolved' THEN json_extract(e.detail, '$.verdict') || ':' || (a.checks > 0)
+         WHEN 'unresolved' THEN json_extract(e.detail, '$.seen') IS NOT NULL
+       END,
+       count(*)
+FROM events e JOIN actions a ON a.action_id = e.action_id
+WHERE e.kind IN ('outcome', 'reconciled', 'resolved', 'unresolved')
+GROUP BY 1, 2, 3, 4, 5
+"""
+
+_ACCEPTED_THEN_ABSENT = """
+SELECT a.provider, a.operation, count(DISTINCT r.id)
+FROM events r
+JOIN events o ON o.action_id = r.action_id AND o.attempt = r.attempt AND o.kind = 'outcome'
+JOIN actions a ON a.action_id = r.action_id
+WHERE r.kind = 'reconciled' AND r.to_status = 'FAILED'
+  AND json_extract(o.detail, '$.verdict') = 'accepted'
+GROUP BY 1, 2
+"""
+
+
+def figures(ledger: Ledger) -> dict[tuple[str, str], Figures]:
+    """Per (provider, operation), from four aggregate queries over the ledger."""
+    out: dict[tuple[str, str], Figures] = {}
+    conn = ledger.conn
+
+    def get(p: str, o: str) -> Figures:
+        return out.setdefault((p, o), Figures())
+
+    for row in conn.execute(_COUNTS):
+        p, o, *n = row
+        f = get(p, o)
+        (
+            f.total,
+            f.confirmed,
+            f.failed,
+            f.unresolved,
+            f.pending,
+            f.confirmed_by_provider,
+            f.confirmed_by_reconciliation,
+            f.confirmed_by_person,
+            f.checked,
+            f.late,
+        ) = (int(x or 0) for x in n)
+    for p, o, n, p50, p95 in conn.execute(_FIRST_SEEN):
+        f = get(p, o)
+        f.first_seen_n, f.first_seen_p50, f.first_seen_p95 = int(n), p50, p95
+    for p, o, kind, to, value, n in conn.execute(_EVENTS):
+        f = get(p, o)
+        if kind == "outcome" and value == "proven":
+            f.proven_replies += n
+        elif kind == "outcome" and value == "accepted":
+            f.unproven_replies += n
+        elif kind == "outcome" and value == "ambiguous":
+            f.ambiguous_sends += n
+        elif kind == "reconciled" and to == "FAILED":
+            f.reconciled_absent += n
+        elif kind == "resolved" and value == "applied:1":
+            f.found_by_person += n
+        elif kind == "unresolved" and value == 1:
+            f.budget_spent += n
+    for p, o, n in conn.execute(_ACCEPTED_THEN_ABSENT):
+        get(p, o).accepted_then_absent = int(n)
+    return out
+
+
+def audit(ledger: Ledger, specs: dict[tuple[str, str], OperationSpec]) -> AuditReport:
+    """Audit every declared operation, and every operation the ledger has records of."""
+    figs = figures(ledger)
+    ops = []
+    for key in sorted(set(specs) | set(figs)):
+        spec = specs.get(key)
+        op = OperationAudit(key[0], key[1], spec, figs.get(key, Figures()))
+        if spec is not None:
+            op.answers = answer(spec)
+            if spec.tier is not Tier.FULL:
+                op.figures.unproven_replies = 0  # "accepted" is all a non-full reply can say
+        judge(op)
+        ops.append(op)
+    return AuditReport(ops)
+
+
+__all__ = ["QUESTIONS", "Answer", "AuditReport", "Figures", "OperationAudit", "audit", "figures"]

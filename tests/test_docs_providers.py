@@ -1,0 +1,68 @@
+"""docs/providers.md is checked: its worked examples load, and the configuration
+errors it quotes are the ones settled prints."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from settled import config
+from settled.errors import ConfigError
+from settled.providers import Registry
+
+from conftest import run_cli
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "providers.md"
+
+
+def blocks(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", DOC.read_text(), re.S)
+
+
+def test_worked_examples_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MAIL_TOKEN", "x")
+    monkeypatch.setenv("CAL_PASSWORD", "y")
+    toml = [b for b in blocks("toml") if "[providers." in b]
+    assert len(toml) == 2
+    for i, text in enumerate(toml):
+        path = tmp_path / f"example{i}.toml"
+        path.write_text(text)
+        cfg = config.load(str(path))
+        with Registry(cfg.providers, source=cfg.source) as reg:
+            reg.load_all()
+            ops = {(n, o) for n in reg.names() for o in reg.provider(n).operations()}
+        assert ops in (
+            {("mail", o) for o in ("send", "book", "sms", "ping")},
+            {("cal", o) for o in ("book", "move", "cancel")},
+        )
+
+
+def test_quoted_errors_are_real(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    example = blocks("toml")[0]
+    quoted = [ln for ln in DOC.read_text().splitlines() if ln.startswith("settled: error:")]
+    assert len(quoted) == 5
+    variants = [
+        example.replace('tier = "reconcilable"', 'tier = "eventually"'),
+        example.replace('query = { method = "GET", path = "/delivered/{reconciliation_key}" }\n', ""),
+        example.replace('status = "/status"', 'status = "status"'),
+        example.replace("timeout = 5.0\n", "timeout = 5.0\ntls_verify = false\n"),
+        example,  # MAIL_TOKEN not set
+    ]
+    for n, (line, text) in enumerate(zip(quoted, variants, strict=True)):
+        if n == len(variants) - 1:
+            monkeypatch.delenv("MAIL_TOKEN", raising=False)
+        else:
+            monkeypatch.setenv("MAIL_TOKEN", "x")
+        path = tmp_path / "settled.toml"
+        path.write_text(text)
+        cfg = config.load(str(path))
+        with pytest.raises(ConfigError) as err, Registry(cfg.providers, source="settled.toml") as reg:
+            reg.load_all()
+        assert f"settled: error: {err.value}" == line
+
+
+def test_cli_help_mentions_audit() -> None:
+    out = run_cli("providers", "audit", "--help")
+    assert out.returncode == 0 and "exit 4" in out.stdout.lower().replace("\n", " ")
