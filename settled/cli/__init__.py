@@ -42,9 +42,11 @@ def _globals(
     common.STATE.config_path = config
 
 
-from . import actions, demo, providers_cmd  # noqa: E402  (commands register on `app`)
+from . import actions, daemon_cmd, demo, providers_cmd, settle  # noqa: E402  (commands register on `app`)
 
 actions.register(app)
+settle.register(app)
+daemon_cmd.register(app)
 providers_cmd.register(app)
 demo.register(app)
 
