@@ -51,22 +51,40 @@ providers_cmd.register(app)
 demo.register(app)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Console entry point: exit codes per DESIGN.md §2, never a traceback."""
+def _click_exceptions() -> tuple[tuple[type[Exception], ...], ...]:
+    """(usage errors, aborts, other Click errors) from Click and from the copy of Click
+    that Typer >= 0.2x vendors: Typer raises its own (a missing --reason), commands
+    may raise Click's."""
     import click
 
+    families = [click.exceptions]
+    try:
+        from typer._click import exceptions as vendored  # private, hence the guard
+    except ImportError:
+        pass
+    else:
+        families.append(vendored)
+    usage = tuple(f.UsageError for f in families)
+    aborts = tuple({click.exceptions.Abort, typer.Abort})
+    errors = tuple(f.ClickException for f in families)
+    return usage, aborts, errors
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: exit codes per DESIGN.md §2, never a traceback."""
     from ..errors import SettledError
 
+    usage_error, abort, click_error = _click_exceptions()
     debug = bool(os.environ.get("SETTLED_DEBUG"))
     try:
         rv = app(args=argv, standalone_mode=False, prog_name="settled")
-    except click.exceptions.UsageError as exc:
+    except usage_error as exc:
         exc.show()
         code = 2
-    except click.exceptions.Abort:
+    except abort:
         print("settled: aborted", file=sys.stderr)
         code = 130
-    except click.exceptions.ClickException as exc:
+    except click_error as exc:
         exc.show()
         code = exc.exit_code
     except SettledError as exc:
