@@ -262,3 +262,28 @@ def test_wait_with_a_daemon_running_never_doubles_a_query(
         daemon.communicate(timeout=20)
     assert code == 4 and out["status"] == "DENIED_UNRESOLVED"
     assert sim.queries_for(out["reconciliation_key"]) == record(db_path, "d")["checks"]
+
+
+def test_without_a_key_the_snapshot_attributes_the_change(
+    tmp_path: Path, sim: SimServer, db_path: Path
+) -> None:
+    configure(tmp_path, sim)
+    sim.put_setting("mode", "quiet")
+    code, out = dispatch("sim", "set", "--action-id", "s", "--params",
+                         '{"name": "mode", "value": "loud"}', "--wait", "--wait-timeout", "20")
+    assert code == 0 and out["status"] == "CONFIRMED", out["reason"]
+    assert out["confirmed_by"] == "reconciliation"
+    checked = [e for e in record(db_path, "s")["events"] if e["kind"] == "reconciled"]
+    assert checked[0]["detail"]["snapshot"] == {"value": "quiet"}
+
+
+def test_ambiguous_attribution_stays_unresolved_and_says_why(
+    tmp_path: Path, sim: SimServer, db_path: Path
+) -> None:
+    configure(tmp_path, sim, verify_deadline=0.3)
+    sim.put_setting("mode", "loud")  # already the value we ask for: nothing to attribute
+    code, out = dispatch("sim", "set", "--action-id", "s", "--params",
+                         '{"name": "mode", "value": "loud"}', "--wait", "--wait-timeout", "20")
+    assert code == 4 and out["status"] == "DENIED_UNRESOLVED" and out["confirmed_by"] is None
+    assert "cannot attribute" in out["reason"] and sim.effects_for("s") == 1
+    assert record(db_path, "s")["events"][-1]["detail"]["seen"] == "ambiguous"
