@@ -435,4 +435,4 @@ def _auto_checkable(spec: OperationSpec, rec: ActionRecord) -> bool:
     return spec.queryable and not rec.requires_manual_verification
 
 
-__all__ = ["Change", "DUE_STATUSES", "NotFound", "PassReport", "Reconciler"]
+__all__ = ["DUE_STATUSES", "Change", "NotFound", "PassReport", "Reconciler"]

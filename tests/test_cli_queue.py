@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import run_cli, sim_conf, write_config
+
 from settled.dispatch import Dispatcher
 from settled.ledger import Ledger
 from settled.providers import Registry

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import popen_cli, run_cli, sim_conf, write_config
+
 from settled.clock import from_text, utcnow
 from settled.ledger import Ledger
 from settled.providers.sim_server import SimServer

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
+from typing import Any
 
 import typer
 
@@ -42,7 +43,7 @@ def _globals(
     common.STATE.config_path = config
 
 
-from . import actions, daemon_cmd, demo, providers_cmd, settle  # noqa: E402  (commands register on `app`)
+from . import actions, daemon_cmd, demo, providers_cmd, settle
 
 actions.register(app)
 settle.register(app)
@@ -51,7 +52,7 @@ providers_cmd.register(app)
 demo.register(app)
 
 
-def _click_exceptions() -> tuple[tuple[type[Exception], ...], ...]:
+def _click_exceptions() -> tuple[tuple[type[Any], ...], ...]:
     """(usage errors, aborts, other Click errors) from Click and from the copy of Click
     that Typer >= 0.2x vendors: Typer raises its own (a missing --reason), commands
     may raise Click's."""
