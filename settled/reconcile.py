@@ -253,7 +253,7 @@ class Reconciler:
         left. Never re-send; the record becomes unresolved and, when the operation can
         be queried, reconciliation starts now (rule 4: the budget starts here, and the
         first check is due at once, or at ``eligible_at`` when that is later)."""
-        spec, _ = self._spec(rec)
+        spec, problem = self._spec(rec)
         at = to_text(now)
         reason = (
             f"dispatcher lost: its lease expired at {rec.lease_expires_at} before an outcome "
@@ -273,6 +273,11 @@ class Reconciler:
             expired = from_text(rec.lease_expires_at) or now
             values["next_check_at"] = to_text(eligible if eligible > now else max(expired, eligible))
             reason += "; reconciliation will query the provider"
+        elif spec is None and not rec.requires_manual_verification:
+            # Whether it can be queried is for a reconciler that has the provider to say;
+            # its budget starts at its first check.
+            values["next_check_at"] = to_text(plus(now, self.lease))
+            reason += f"; {problem}: a reconciler that has it will check it"
         else:
             reason += "; needs a person"
         values["reason"] = reason
@@ -353,6 +358,10 @@ class Reconciler:
             self._settle(rec, owner, now, Status.FAILED, obs, evidence, report)
         else:
             deadline = from_text(rec.verify_deadline_at)
+            budget: dict[str, Any] = {}
+            if deadline is None and rec.checks == 0:  # expired where the provider was unknown
+                deadline = plus(now, spec.verify_deadline)
+                budget = {"verify_started_at": to_text(now), "verify_deadline_at": to_text(deadline)}
             if deadline is None or now >= deadline:
                 why = (
                     f"verification budget spent after {rec.checks + 1} check(s); last: "
@@ -364,7 +373,7 @@ class Reconciler:
                 if eligible is not None and nxt < eligible:
                     nxt = eligible  # an early (forced) check: the scheduled one still runs
                 reason = f"checked: {obs.seen}" + (f" ({obs.detail[:200]})" if obs.detail else "")
-                self._release(rec, owner, now, nxt, reason, report)
+                self._release(rec, owner, now, nxt, reason, report, extra=budget)
 
     def _settle(self, rec: ActionRecord, owner: str, now: datetime, to: Status,
                 obs: Observation, evidence: dict[str, Any], report: PassReport) -> None:
@@ -411,8 +420,9 @@ class Reconciler:
                                       "unresolved", why, None, to_text(now)))
 
     def _release(self, rec: ActionRecord, owner: str, now: datetime, nxt: datetime | None,
-                 reason: str, report: PassReport, keep_schedule: bool = False) -> None:
-        values: dict[str, Any] = {"lease_owner": None, "reason": reason}
+                 reason: str, report: PassReport, keep_schedule: bool = False,
+                 extra: dict[str, Any] | None = None) -> None:
+        values: dict[str, Any] = {"lease_owner": None, "reason": reason, **(extra or {})}
         if keep_schedule:
             values["next_check_at"] = to_text(plus(now, self.lease))
         else:

@@ -228,3 +228,28 @@ def test_a_stale_retry_never_reopens_an_attempt_twice(
     assert report.outcome == "in_progress" and report.message == "retried elsewhere"
     assert [r["idempotency_key"] for r in sim.requests_for("a1")] == ["a1:1", "a1:2"]
     assert mem_ledger.get("a1").attempt == 2
+
+
+def test_a_lost_dispatch_expired_where_the_provider_is_unknown_waits_for_one_that_knows(
+    mem_ledger: Ledger, reg: Registry, sim: SimServer, clock: FakeClock
+) -> None:
+    d = Dispatcher(mem_ledger, reg, clock=clock)
+    d.submit("sim", "send", {"to": "x"}, action_id="a1", needs_confirmation=True)
+    mem_ledger.transition(
+        "a1", Status.PENDING, Status.IN_FLIGHT, actor="t", kind="claimed", at=to_text(clock.now()),
+        values={"lease_owner": "d-1", "lease_expires_at": to_text(clock.now()),
+                "next_check_at": to_text(clock.now()),
+                "eligible_at": to_text(clock.now())},
+    )
+    clock.advance(1)
+    elsewhere = Registry({}, source="test")
+    Reconciler(mem_ledger, elsewhere, clock=clock, lease=30).run_due()
+    rec = mem_ledger.get("a1")
+    assert rec.status is Status.DENIED_UNRESOLVED and rec.next_check_at is not None
+    assert "a reconciler that has it will check it" in (rec.reason or "")
+    clock.advance(30)
+    report = Reconciler(mem_ledger, reg, clock=clock).run_due()  # nothing was sent: not yet
+    rec = mem_ledger.get("a1")
+    assert not report.changes and rec.status is Status.DENIED_UNRESOLVED
+    assert rec.verify_deadline_at == to_text(plus(clock.now(), 60.0))  # budget from here
+    assert rec.next_check_at == to_text(plus(clock.now(), 5.0))
