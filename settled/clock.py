@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
+from typing import overload
 
 _FMT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
@@ -17,6 +18,12 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+@overload
+def to_text(dt: datetime) -> str: ...
+@overload
+def to_text(dt: None) -> None: ...
+@overload
+def to_text(dt: datetime | None) -> str | None: ...
 def to_text(dt: datetime | None) -> str | None:
     if dt is None:
         return None

@@ -251,34 +251,37 @@ class Dispatcher:
         strategy = build_strategy(
             spec.tier, now, spec.consistency_window, carries_key=spec.carries_key
         )
-        reopened = self.ledger.transition(
-            action_id,
-            Status.FAILED,
-            Status.PENDING,
-            actor=self.actor,
-            kind="retry",
-            at=at,
-            detail={"attempt": attempt, "previous_idempotency_key": record.idempotency_key},
-            values={
-                "attempt": attempt,
-                "idempotency_key": idempotency_key(action_id, attempt),
-                "reconciliation_key": strategy.reconciliation_key,
-                "eligible_at": to_text(strategy.eligible_at),
-                "delivery": str(Delivery.PENDING),
-                "acceptance": str(Acceptance.UNKNOWN),
-                "dispatch_id": None,
-                "provider_object_id": None,
-                "dispatched_at": None,
-                "confirmed_at": None,
-                "confirmed_by": None,
-                "next_check_at": None,
-                "verify_started_at": None,
-                "verify_deadline_at": None,
-                "checks": 0,
-                "reason": None,
-                "snapshot": None,
-            },
-        )
+        values = {
+            "attempt": attempt,
+            "idempotency_key": idempotency_key(action_id, attempt),
+            "reconciliation_key": strategy.reconciliation_key,
+            "eligible_at": to_text(strategy.eligible_at),
+            "delivery": str(Delivery.PENDING),
+            "acceptance": str(Acceptance.UNKNOWN),
+            "dispatch_id": None,
+            "provider_object_id": None,
+            "dispatched_at": None,
+            "confirmed_at": None,
+            "confirmed_by": None,
+            "next_check_at": None,
+            "verify_started_at": None,
+            "verify_deadline_at": None,
+            "checks": 0,
+            "reason": None,
+            "snapshot": None,
+        }
+        # Guarded on the attempt read above, in one write transaction: two concurrent
+        # retries of attempt N never both open (and send) N+1, and a retry that read
+        # attempt N never reuses key N+1 after attempt N+1 has failed as well.
+        reopened = None
+        with self.ledger.write() as c:
+            row = c.execute("SELECT attempt FROM actions WHERE action_id = ?", (action_id,))
+            if row.fetchone() == (record.attempt,):
+                reopened = self.ledger.apply(
+                    c, action_id, Status.FAILED, Status.PENDING, actor=self.actor,
+                    kind="retry", at=at, values=values,
+                    detail={"attempt": attempt, "previous_idempotency_key": record.idempotency_key},
+                )
         if reopened is None:  # someone else retried first
             return Report(Outcome.IN_PROGRESS, self.ledger.get(action_id), None, "retried elsewhere")
         return self._send(reopened)

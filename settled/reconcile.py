@@ -1,10 +1,11 @@
 """The verifier: settles what dispatch left open, by evidence.
 
-One pass takes due records (``next_check_at <= now``) in bounded batches. Claiming a
-batch is one write transaction that moves each row's ``next_check_at`` forward by the
-reconciler's lease and stamps ``lease_owner``: another reconciler's due scan no longer
-sees the row, so two reconcilers never query the same row for the same due time. The
-result of each check is written under that lease.
+One pass takes the records due when it starts (``next_check_at <= start``) in bounded
+batches, each at most once. Claiming a batch is one write transaction that moves each
+row's ``next_check_at`` forward by the reconciler's lease and stamps ``lease_owner``:
+another reconciler's due scan no longer sees the row, so two reconcilers never query
+the same row for the same due time. The result of each check is written under that
+lease; a reconciler that dies leaves rows that fall due again when the lease ends.
 
 - ``IN_FLIGHT`` past its lease: the dispatcher was lost → ``DENIED_UNRESOLVED``.
 - ``AWAITING_VERIFICATION``, partial tier: past the window, a person must verify.
@@ -12,6 +13,7 @@ result of each check is written under that lease.
   provably not applied → ``FAILED``; nothing yet or not attributable → check again
   at now + interval, until the verification budget (rule 4) is spent →
   ``DENIED_UNRESOLVED`` with the evidence gathered. Never ``CONFIRMED`` on a budget.
+  Before ``eligible_at`` an absence is not proof: ``not_applied`` counts as not yet.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 from . import faults
 from .clock import Clock, from_text, plus, to_text
-from .errors import NotFound, UnknownProvider
+from .errors import NotFound, SettledError, UnknownProvider
 from .ledger import Ledger
 from .model import Acceptance, ActionRecord, Delivery, Status, Tier
 from .providers.base import Observation, OperationSpec, QueryTarget, Seen
@@ -43,9 +45,11 @@ class Change:
     kind: str
     reason: str
     next_check_at: str | None = None
+    at: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "at": self.at,
             "action_id": self.action_id,
             "from": self.from_status,
             "to": self.to_status,
@@ -60,6 +64,7 @@ class PassReport:
     examined: int = 0
     changes: list[Change] = field(default_factory=list)
     skipped: list[Change] = field(default_factory=list)
+    stopped: bool = False  # stop_requested() ended the pass early; the rest was handed back
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -73,7 +78,12 @@ class PassReport:
             "changes": [c.to_json() for c in self.changes],
             "skipped": [c.to_json() for c in self.skipped],
             "counts": self.counts(),
+            "stopped": self.stopped,
         }
+
+
+# Statuses a due scan may take: a lost dispatcher, or a record waiting for evidence.
+DUE_STATUSES = (Status.IN_FLIGHT, Status.AWAITING_VERIFICATION, Status.DENIED_UNRESOLVED)
 
 
 @dataclass
@@ -89,81 +99,140 @@ class Reconciler:
 
     # ------------------------------------------------------------ passes
     def run_due(self, limit: int | None = None) -> PassReport:
-        """Settle every due record (at most ``limit``), batch by batch. Stops between
-        batches when ``stop_requested()`` says so."""
+        """Settle the records due when the pass starts (at most ``limit``), batch by
+        batch. A record is checked at most once per pass: a check that finds nothing
+        schedules the next one after the pass's start, so a pass always ends. An
+        expired ``IN_FLIGHT`` lease becomes ``DENIED_UNRESOLVED`` and, when it can be
+        queried, is checked later in the same pass.
+
+        ``stop_requested()`` is asked before each record: the check in hand is
+        finished, and the rest of the batch is handed back (lease released, due time
+        unchanged) so that another reconciler takes it at once."""
         report = PassReport()
+        cutoff = to_text(self.clock.now())
+        assert cutoff is not None
         while limit is None or report.examined < limit:
             if self.stop_requested():
+                report.stopped = True
                 break
             size = self.batch if limit is None else min(self.batch, limit - report.examined)
-            claimed = self._claim_batch(size, report)
-            if not claimed and not report.examined:
+            selected, claimed = self._claim_batch(size, cutoff, report)
+            if not selected:
                 break
-            if not claimed:
-                break
-            for rec, owner in claimed:
+            for i, (rec, owner) in enumerate(claimed):
+                if self.stop_requested():
+                    report.stopped = True
+                    self._hand_back(claimed[i:])
+                    break
                 report.examined += 1
                 self._check(rec, owner, report)
+            if report.stopped:
+                break
         return report
 
     def run_ids(self, action_ids: Iterable[str]) -> PassReport:
-        """Check these records now, whatever their schedule."""
+        """Check these records now, whatever their schedule. Unknown ids raise
+        ``NotFound`` before anything is checked."""
+        ids = list(dict.fromkeys(action_ids))
+        records = [self.ledger.get(aid) for aid in ids]
         report = PassReport()
-        for aid in action_ids:
-            rec = self.ledger.get(aid)
+        for rec in records:
+            if self.stop_requested():
+                report.stopped = True
+                break
             report.examined += 1
-            now = self.clock.now()
-            if rec.status is Status.IN_FLIGHT:
-                if rec.lease_expires_at and from_text(rec.lease_expires_at) <= now:  # type: ignore[operator]
-                    with self.ledger.write() as c:
-                        self._expire(c, rec, now, report)
-                else:
-                    report.skipped.append(
-                        Change(aid, rec.status, rec.status, "skipped",
-                               f"dispatch in progress; lease until {rec.lease_expires_at}")
-                    )
-                continue
-            if rec.status not in (Status.AWAITING_VERIFICATION, Status.DENIED_UNRESOLVED):
-                report.skipped.append(
-                    Change(aid, rec.status, rec.status, "skipped", f"nothing to reconcile: {rec.status}")
-                )
-                continue
-            owner = "r-" + uuid.uuid4().hex
-            held = self._lease_one(rec, owner, now)
-            if held is None:
-                report.skipped.append(
-                    Change(aid, rec.status, rec.status, "skipped", "another reconciler holds it")
-                )
-                continue
-            self._check(held, owner, report, forced=True)
+            self._check_one(rec.action_id, report)
         return report
 
-    # ------------------------------------------------------------ claiming
-    def _claim_batch(self, size: int, report: PassReport) -> list[tuple[ActionRecord, str]]:
+    def _check_one(self, aid: str, report: PassReport) -> None:
+        rec = self.ledger.get(aid)
         now = self.clock.now()
-        now_t = to_text(now)
+        if rec.status is Status.IN_FLIGHT:
+            expires = from_text(rec.lease_expires_at)
+            if expires is not None and expires > now:
+                report.skipped.append(
+                    Change(aid, rec.status, rec.status, "skipped",
+                           f"dispatch in progress; lease until {rec.lease_expires_at}")
+                )
+                return
+            with self.ledger.write() as c:
+                self._expire(c, rec, now, report)
+            rec = self.ledger.get(aid)
+            due = from_text(rec.next_check_at)
+            if rec.status is not Status.DENIED_UNRESOLVED or due is None or due > now:
+                return
+        if rec.status not in (Status.AWAITING_VERIFICATION, Status.DENIED_UNRESOLVED):
+            report.skipped.append(
+                Change(aid, rec.status, rec.status, "skipped", f"nothing to reconcile: {rec.status}")
+            )
+            return
+        if rec.requires_manual_verification:
+            eligible = from_text(rec.eligible_at)
+            if rec.status is Status.DENIED_UNRESOLVED:
+                report.skipped.append(Change(aid, rec.status, rec.status, "skipped",
+                                             "needs a person: `settled resolve`"))
+                return
+            if eligible is not None and eligible > now:
+                report.skipped.append(Change(
+                    aid, rec.status, rec.status, "skipped",
+                    f"partial tier: a person verifies it; it joins the queue at {rec.eligible_at}",
+                    rec.next_check_at))
+                return
+        owner = "r-" + uuid.uuid4().hex
+        held = self._lease_one(rec, owner, now)
+        if held is None:
+            report.skipped.append(
+                Change(aid, rec.status, rec.status, "skipped", "another reconciler holds it")
+            )
+            return
+        self._check(held, owner, report)
+
+    # ------------------------------------------------------------ claiming
+    def _claim_batch(
+        self, size: int, cutoff: str, report: PassReport
+    ) -> tuple[int, list[tuple[ActionRecord, str]]]:
+        """Lease up to ``size`` rows due at ``cutoff`` in one write transaction.
+        Returns how many rows were selected and the leased ones."""
+        now = self.clock.now()
         until = to_text(plus(now, self.lease))
         owner = "r-" + uuid.uuid4().hex
         out: list[tuple[ActionRecord, str]] = []
+        marks = ", ".join("?" * len(DUE_STATUSES))
         with self.ledger.write() as c:
             cur = c.execute(
                 "SELECT * FROM actions WHERE next_check_at IS NOT NULL AND next_check_at <= ?"
-                " ORDER BY next_check_at LIMIT ?",
-                (now_t, size),
+                f" AND status IN ({marks}) ORDER BY next_check_at LIMIT ?",
+                (cutoff, *map(str, DUE_STATUSES), size),
             )
             names = [d[0] for d in cur.description]
             rows = [ActionRecord.from_row(dict(zip(names, r, strict=True))) for r in cur.fetchall()]
             for rec in rows:
                 if rec.status is Status.IN_FLIGHT:
+                    expires = from_text(rec.lease_expires_at)
+                    if expires is not None and expires > now:  # not lost: fix its schedule
+                        c.execute("UPDATE actions SET next_check_at = ? WHERE action_id = ?",
+                                  (rec.lease_expires_at, rec.action_id))
+                        continue
+                    report.examined += 1
                     self._expire(c, rec, now, report)
                     continue
                 c.execute(
                     "UPDATE actions SET lease_owner = ?, next_check_at = ? WHERE action_id = ?",
                     (owner, until, rec.action_id),
                 )
-                rec.lease_owner = owner
+                rec.lease_owner = owner  # rec.next_check_at keeps the due time, for _hand_back
                 out.append((rec, owner))
-        return out
+        return len(rows), out
+
+    def _hand_back(self, held: list[tuple[ActionRecord, str]]) -> None:
+        """Release rows this pass leased but will not check: due again at once."""
+        with self.ledger.write() as c:
+            for rec, owner in held:
+                c.execute(
+                    "UPDATE actions SET lease_owner = NULL, next_check_at = ?"
+                    " WHERE action_id = ? AND lease_owner = ?",
+                    (rec.next_check_at, rec.action_id, owner),
+                )
 
     def _lease_one(self, rec: ActionRecord, owner: str, now: datetime) -> ActionRecord | None:
         until = to_text(plus(now, self.lease))
@@ -182,8 +251,9 @@ class Reconciler:
     def _expire(self, c: Any, rec: ActionRecord, now: datetime, report: PassReport) -> None:
         """A dispatcher that held the claim is gone: its request may or may not have
         left. Never re-send; the record becomes unresolved and, when the operation can
-        be queried, reconciliation starts now (rule 4: the budget starts here)."""
-        spec = self._spec(rec)
+        be queried, reconciliation starts now (rule 4: the budget starts here, and the
+        first check is due at once, or at ``eligible_at`` when that is later)."""
+        spec, problem = self._spec(rec)
         at = to_text(now)
         reason = (
             f"dispatcher lost: its lease expired at {rec.lease_expires_at} before an outcome "
@@ -196,11 +266,18 @@ class Reconciler:
             "next_check_at": None,
         }
         if spec is not None and _auto_checkable(spec, rec):
-            start = max(now, from_text(rec.eligible_at) or now)
+            eligible = from_text(rec.eligible_at) or now
+            start = max(now, eligible)
             values["verify_started_at"] = to_text(start)
             values["verify_deadline_at"] = to_text(plus(start, spec.verify_deadline))
-            values["next_check_at"] = to_text(start)
+            expired = from_text(rec.lease_expires_at) or now
+            values["next_check_at"] = to_text(eligible if eligible > now else max(expired, eligible))
             reason += "; reconciliation will query the provider"
+        elif spec is None and not rec.requires_manual_verification:
+            # Whether it can be queried is for a reconciler that has the provider to say;
+            # its budget starts at its first check.
+            values["next_check_at"] = to_text(plus(now, self.lease))
+            reason += f"; {problem}: a reconciler that has it will check it"
         else:
             reason += "; needs a person"
         values["reason"] = reason
@@ -219,30 +296,37 @@ class Reconciler:
         )
         if moved is not None:
             self._note(report, Change(rec.action_id, "IN_FLIGHT", "DENIED_UNRESOLVED",
-                                      "lease_expired", reason, values["next_check_at"]))
+                                      "lease_expired", reason, values["next_check_at"], at))
 
     # ------------------------------------------------------------ checking
-    def _spec(self, rec: ActionRecord) -> OperationSpec | None:
+    def _spec(self, rec: ActionRecord) -> tuple[OperationSpec | None, str]:
+        """The operation's declarations, or None and why (not configured here, or its
+        provider section is wrong): such a record waits, it is never guessed about."""
         try:
-            return self.registry.operation(rec.provider, rec.operation)  # type: ignore[no-any-return]
+            spec = self.registry.operation(rec.provider, rec.operation)
         except UnknownProvider:
-            return None
+            return None, f"provider {rec.provider}.{rec.operation} is not configured here"
+        except SettledError as exc:
+            return None, f"provider {rec.provider} cannot be used: {exc}"
+        return spec, ""
 
-    def _check(self, rec: ActionRecord, owner: str, report: PassReport, forced: bool = False) -> None:
+    def _check(self, rec: ActionRecord, owner: str, report: PassReport) -> None:
         now = self.clock.now()
-        spec = self._spec(rec)
-        if spec is None:
-            self._release(rec, owner, now, None,
-                          f"provider {rec.provider}.{rec.operation} is not configured here",
-                          report, keep_schedule=True)
-            return
-        if rec.requires_manual_verification or not spec.queryable:
+        if rec.requires_manual_verification:
             why = (
                 "past its consistency window; only a person can verify acceptance (partial tier)"
-                if spec.tier is Tier.PARTIAL
+                if rec.tier is Tier.PARTIAL
                 else "no query can observe this effect; needs a person"
             )
             self._to_unresolved(rec, owner, now, why, {}, report)
+            return
+        spec, problem = self._spec(rec)
+        if spec is None:
+            self._release(rec, owner, now, None, problem, report, keep_schedule=True)
+            return
+        if not spec.queryable:
+            self._to_unresolved(rec, owner, now, "no query can observe this effect; needs a person",
+                                {}, report)
             return
         faults.point("before_check")
         obs = self.registry.provider(rec.provider).query(
@@ -257,6 +341,15 @@ class Reconciler:
             )
         )
         now = self.clock.now()
+        eligible = from_text(rec.eligible_at)
+        if obs.seen is Seen.NOT_APPLIED and eligible is not None and now < eligible:
+            # Inside the consistency window an absence proves nothing: the effect may
+            # not be visible yet. Only a check at or after eligible_at may fail it.
+            obs = Observation(
+                Seen.NOT_YET, obs.object_id,
+                f"{obs.detail or 'not applied'} — before the consistency window ends "
+                f"({rec.eligible_at}); not taken as proof", obs.evidence,
+            )
         evidence = {"seen": str(obs.seen), "detail": obs.detail[:300], "check": rec.checks + 1,
                     **dict(obs.evidence)}
         if obs.seen is Seen.APPLIED:
@@ -265,6 +358,10 @@ class Reconciler:
             self._settle(rec, owner, now, Status.FAILED, obs, evidence, report)
         else:
             deadline = from_text(rec.verify_deadline_at)
+            budget: dict[str, Any] = {}
+            if deadline is None and rec.checks == 0:  # expired where the provider was unknown
+                deadline = plus(now, spec.verify_deadline)
+                budget = {"verify_started_at": to_text(now), "verify_deadline_at": to_text(deadline)}
             if deadline is None or now >= deadline:
                 why = (
                     f"verification budget spent after {rec.checks + 1} check(s); last: "
@@ -273,8 +370,10 @@ class Reconciler:
                 self._to_unresolved(rec, owner, now, why, evidence, report)
             else:
                 nxt = min(plus(now, spec.verify_interval), deadline)
+                if eligible is not None and nxt < eligible:
+                    nxt = eligible  # an early (forced) check: the scheduled one still runs
                 reason = f"checked: {obs.seen}" + (f" ({obs.detail[:200]})" if obs.detail else "")
-                self._release(rec, owner, now, nxt, reason, report)
+                self._release(rec, owner, now, nxt, reason, report, extra=budget)
 
     def _settle(self, rec: ActionRecord, owner: str, now: datetime, to: Status,
                 obs: Observation, evidence: dict[str, Any], report: PassReport) -> None:
@@ -304,7 +403,8 @@ class Reconciler:
             detail={**evidence, "reason": reason}, values=values, owner=owner,
         )
         if moved is not None:
-            self._note(report, Change(rec.action_id, str(rec.status), str(to), "reconciled", reason))
+            self._note(report, Change(rec.action_id, str(rec.status), str(to), "reconciled", reason,
+                                      None, at))
 
     def _to_unresolved(self, rec: ActionRecord, owner: str, now: datetime, why: str,
                        evidence: dict[str, Any], report: PassReport) -> None:
@@ -317,11 +417,12 @@ class Reconciler:
         )
         if moved is not None:
             self._note(report, Change(rec.action_id, str(rec.status), "DENIED_UNRESOLVED",
-                                      "unresolved", why))
+                                      "unresolved", why, None, to_text(now)))
 
     def _release(self, rec: ActionRecord, owner: str, now: datetime, nxt: datetime | None,
-                 reason: str, report: PassReport, keep_schedule: bool = False) -> None:
-        values: dict[str, Any] = {"lease_owner": None, "reason": reason}
+                 reason: str, report: PassReport, keep_schedule: bool = False,
+                 extra: dict[str, Any] | None = None) -> None:
+        values: dict[str, Any] = {"lease_owner": None, "reason": reason, **(extra or {})}
         if keep_schedule:
             values["next_check_at"] = to_text(plus(now, self.lease))
         else:
@@ -330,9 +431,11 @@ class Reconciler:
         self.ledger.reschedule(rec.action_id, frm=rec.status, owner=owner, values=values,
                                at=to_text(now))
         report.skipped.append(Change(rec.action_id, str(rec.status), str(rec.status), "waiting",
-                                     reason, values["next_check_at"]))
+                                     reason, values["next_check_at"], to_text(now)))
 
     def _note(self, report: PassReport, change: Change) -> None:
+        if change.at is None:
+            change.at = to_text(self.clock.now())
         report.changes.append(change)
         if self.on_change is not None:
             self.on_change(change)
@@ -342,4 +445,4 @@ def _auto_checkable(spec: OperationSpec, rec: ActionRecord) -> bool:
     return spec.queryable and not rec.requires_manual_verification
 
 
-__all__ = ["Change", "NotFound", "PassReport", "Reconciler"]
+__all__ = ["DUE_STATUSES", "Change", "NotFound", "PassReport", "Reconciler"]

@@ -284,7 +284,17 @@ def test_scripting_over_http(
     assert truth["effects"] == {"a1": 0} and truth["requests"][0]["fault"] == "5xx_before"
     assert client.post(f"{server.url}/_plan", json={"faults": "ok"}).status_code == 400
     assert client.post(f"{server.url}/_reset").status_code == 200
-    assert server.truth() == {"requests": [], "effects": {}}
+    assert server.truth() == {"requests": [], "effects": {}, "queries": {}}
+
+
+def test_queries_are_counted_per_key(provider: sim.SimProvider, server: SimServer) -> None:
+    execute(provider, "send", "a1")
+    assert server.queries_for("rk-a1") == 0
+    query(provider, "send", "a1")
+    query(provider, "send", "a1")
+    query(provider, "send", "a2")
+    assert server.queries_for("rk-a1") == 2
+    assert server.truth()["queries"] == {"rk-a1": 2, "rk-a2": 1}
 
 
 # -- queries and visibility -------------------------------------------------------------------

@@ -42,9 +42,11 @@ def _globals(
     common.STATE.config_path = config
 
 
-from . import actions, demo, providers_cmd
+from . import actions, daemon_cmd, demo, providers_cmd, settle
 
 actions.register(app)
+settle.register(app)
+daemon_cmd.register(app)
 providers_cmd.register(app)
 demo.register(app)
 
@@ -78,14 +80,25 @@ def main(argv: list[str] | None = None) -> None:
         print("settled: interrupted", file=sys.stderr)
         code = 130
     except Exception as exc:  # the one broad catch: a bug must not show a traceback
-        if debug:
+        if _is_click_error(exc):
+            exc.show()  # type: ignore[attr-defined]
+            code = exc.exit_code  # type: ignore[attr-defined]
+        elif debug:
             raise
-        print(
-            f"settled: internal error: {type(exc).__name__}: {common.one_line(str(exc))} "
-            "(set SETTLED_DEBUG=1 for the traceback)",
-            file=sys.stderr,
-        )
-        code = 1
+        else:
+            print(
+                f"settled: internal error: {type(exc).__name__}: {common.one_line(str(exc))} "
+                "(set SETTLED_DEBUG=1 for the traceback)",
+                file=sys.stderr,
+            )
+            code = 1
     finally:
         common.STATE.close()
     sys.exit(code)
+
+
+def _is_click_error(exc: BaseException) -> bool:
+    """A Click-family error (Click's own, or the copy Typer vendors) raised by a
+    command outside Typer's own handling: it carries its message and exit code
+    (2 for usage errors)."""
+    return callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int)

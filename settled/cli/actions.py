@@ -8,7 +8,16 @@ from typing import Any
 
 import typer
 
-from .common import STATE, STATUS_STYLE, age, console, emit_json, next_step, parse_duration
+from .common import (
+    STATE,
+    STATUS_STYLE,
+    age,
+    console,
+    emit_json,
+    next_step,
+    one_line,
+    parse_duration,
+)
 
 STATUSES = (
     "PENDING",
@@ -92,7 +101,9 @@ def render_report(report: Any) -> None:
 
 def _wait(record: Any, timeout: float) -> Any:
     """Run verification in this process until the record is terminal, only a person
-    can settle it, or ``timeout`` seconds pass."""
+    can settle it, or ``timeout`` seconds pass. Checks run when they are due (never
+    before: the schedule is the record's), through the same leased pass as the
+    daemon, so a daemon running at the same time never doubles a query."""
     import time
 
     from ..clock import Clock, from_text
@@ -101,27 +112,50 @@ def _wait(record: Any, timeout: float) -> Any:
 
     clock = Clock()
     cfg = STATE.config()
-    rec_ = Reconciler(STATE.ledger(), STATE.registry(), clock=clock, lease=cfg.reconcile_lease)
+    ledger = STATE.ledger()
+    rec_ = Reconciler(ledger, STATE.registry(), clock=clock, actor="wait",
+                      batch=cfg.reconcile_batch, lease=cfg.reconcile_lease)
     deadline = time.monotonic() + timeout
     rec = record
     while True:
-        rec = STATE.ledger().get(rec.action_id)
+        rec = ledger.get(rec.action_id)
         if rec.terminal:
             return rec
-        if rec.status is Status.DENIED_UNRESOLVED and not rec.next_check_at:
+        if rec.status in (Status.AWAITING_VERIFICATION, Status.DENIED_UNRESOLVED) and (
+            not rec.next_check_at
+            or (rec.requires_manual_verification and rec.status is Status.DENIED_UNRESOLVED)
+        ):
             return rec  # only a person can settle it now
         left = deadline - time.monotonic()
         if left <= 0:
             return rec
         due = from_text(rec.next_check_at or rec.lease_expires_at)
-        gap = (due - clock.now()).total_seconds() if due else 0.5
+        gap = (due - clock.now()).total_seconds() if due else 0.2
         if gap > 0:
             time.sleep(min(gap, left, 1.0))
             continue
-        if rec.status in (Status.AWAITING_VERIFICATION, Status.DENIED_UNRESOLVED, Status.IN_FLIGHT):
-            rec_.run_ids([rec.action_id])
-        else:
-            time.sleep(min(0.2, left))
+        if rec.status is Status.PENDING:
+            time.sleep(min(0.2, left))  # another caller holds the confirm; watch it
+            continue
+        rec_.run_ids([rec.action_id])
+
+
+def _check_wait_timeout(value: float) -> None:
+    from ..errors import UsageError
+
+    if not value >= 0 or value == float("inf"):
+        raise UsageError(f"--wait-timeout {value!r}: must be a finite number of seconds >= 0")
+
+
+def _after_wait(report: Any, before: Any) -> None:
+    """Say what --wait saw; ``result`` stays what the call itself did."""
+    rec = report.record
+    if rec.status == before:
+        report.message = f"{report.message}; --wait: still {rec.status}".lstrip("; ")
+    else:
+        by = f" by {rec.confirmed_by}" if rec.confirmed_by else ""
+        why = f": {rec.reason}" if rec.reason and rec.status != "CONFIRMED" else ""
+        report.message = f"--wait: {before} → {rec.status}{by}{why}"
 
 
 def register(app: typer.Typer) -> None:
@@ -146,10 +180,7 @@ def register(app: typer.Typer) -> None:
         values = parse_params(params)
         if action_id is not None:
             check_id(action_id)
-        if wait_timeout < 0:
-            from ..errors import UsageError
-
-            raise UsageError("--wait-timeout must be >= 0")
+        _check_wait_timeout(wait_timeout)
         cfg = STATE.config()
         d = Dispatcher(
             STATE.ledger(),
@@ -161,7 +192,9 @@ def register(app: typer.Typer) -> None:
             provider, operation, values, action_id=action_id, needs_confirmation=needs_confirmation
         )
         if wait and report.record is not None and not needs_confirmation:
+            before = report.record.status
             report.record = _wait(report.record, wait_timeout)
+            _after_wait(report, before)
         raise typer.Exit(_report_out(report, as_json))
 
     @app.command()
@@ -175,6 +208,7 @@ def register(app: typer.Typer) -> None:
         from ..dispatch import Dispatcher, DispatchSettings, Outcome
 
         check_id(action_id)
+        _check_wait_timeout(wait_timeout)
         cfg = STATE.config()
         d = Dispatcher(
             STATE.ledger(),
@@ -184,7 +218,9 @@ def register(app: typer.Typer) -> None:
         )
         report = d.confirm(action_id)
         if wait and report.outcome in (Outcome.DISPATCHED, Outcome.IN_PROGRESS) and report.record:
+            before = report.record.status
             report.record = _wait(report.record, wait_timeout)
+            _after_wait(report, before)
         raise typer.Exit(_report_out(report, as_json))
 
     @app.command()
@@ -275,6 +311,25 @@ def render_queue(rows: list[Any], now: Any, statuses: list[str]) -> None:
     con.print(t)
 
 
+def event_detail(e: Any) -> str:
+    """One event's evidence in words: the reason, then what backs it."""
+    d = e.detail
+    parts = [str(d["reason"])] if d.get("reason") else []
+    for key, label in (("evidence", "evidence"), ("object_id", "object"), ("seen", "seen"),
+                       ("check", "check"), ("lease_expires_at", "lease")):
+        if d.get(key) not in (None, "") and (key != "lease_expires_at" or e.kind != "claimed"):
+            parts.append(f"{label}: {d[key]}")
+    if e.kind == "claimed":
+        parts.append(f"key {d.get('idempotency_key')}, lease until {d.get('lease_expires_at')}")
+    if e.kind == "retry":
+        parts.append(f"attempt {d.get('attempt')}; previous key {d.get('previous_idempotency_key')}")
+    if e.kind == "recorded":
+        parts.append(f"tier {d.get('tier')}, eligible at {d.get('eligible_at') or 'never'}")
+    if not parts:
+        parts.append(json.dumps(d, ensure_ascii=False)[:160])
+    return one_line("; ".join(parts))[:300]
+
+
 def render_show(rec: Any, events: list[Any]) -> None:
     from rich.table import Table
 
@@ -300,6 +355,5 @@ def render_show(rec: Any, events: list[Any]) -> None:
         t.add_column(col, overflow="fold")
     for e in events:
         move = f"{e.from_status or '∅'} → {e.to_status}"
-        detail = e.detail.get("reason") or json.dumps(e.detail, ensure_ascii=False)[:160]
-        t.add_row(str(e.id), e.at[:19].replace("T", " "), e.actor, e.kind, move, str(detail))
+        t.add_row(str(e.id), e.at[:19].replace("T", " "), e.actor, e.kind, move, event_detail(e))
     con.print(t)

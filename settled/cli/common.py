@@ -126,14 +126,20 @@ def age(created_at: str, now: Any) -> str:
 
 
 def next_step(rec: Any) -> str:
-    """What settles this record next, in words."""
+    """What settles this record next, in words: an automatic check, or a person."""
     if rec.status in ("CONFIRMED", "FAILED"):
         return "settled"
     if rec.status == "PENDING":
         return "waiting for confirm/dispatch"
     if rec.status == "IN_FLIGHT":
         return f"dispatch in progress (lease until {hhmm(rec.lease_expires_at)})"
+    if rec.requires_manual_verification:
+        if rec.status == "AWAITING_VERIFICATION" and rec.eligible_at:
+            return f"needs a person from {hhmm(rec.eligible_at)} (settled resolve)"
+        return "needs a person (settled resolve)"
     if rec.next_check_at:
+        if rec.lease_owner:
+            return f"being checked (lease until {hhmm(rec.next_check_at)})"
         return f"auto-check at {hhmm(rec.next_check_at)}"
     return "needs a person (settled resolve)"
 

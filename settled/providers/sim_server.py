@@ -28,6 +28,8 @@ keeps — even when a wire fault garbled or withheld it the first time.
 
 Scripting: ``POST /_plan`` {"action_id", "faults": [...]}, ``POST /_reset``,
 ``GET /_truth``, ``PUT /_settings/{name}`` {"value"} (a change "by someone else").
+Ground truth also counts queries per reconciliation key (or setting name), so tests can
+check that reconcilers never ask twice for the same due time.
 Queries: ``GET /v1/effects/{reconciliation_key}``, ``GET /v1/settings/{name}``.
 
 Run it alone with ``python -m settled.providers.sim_server [--port N] …``.
@@ -147,6 +149,7 @@ class SimServer:
         self._counts: dict[str, int] = {}  # action_id -> effects applied
         self._effects: dict[str, list[_Effect]] = {}  # reconciliation key -> effects
         self._replies: dict[str, _Reply] = {}  # idempotency key -> stored reply
+        self._queries: dict[str, int] = {}  # reconciliation key / setting name -> GETs
         # name -> [(visible_at, value)] in write order; the last visible entry wins.
         self._settings: dict[str, list[tuple[float, Any]]] = {}
 
@@ -211,6 +214,7 @@ class SimServer:
             return {
                 "requests": [dict(r) for r in self._requests],
                 "effects": dict(self._counts),
+                "queries": dict(self._queries),
             }
 
     def requests_for(self, action_id: str) -> list[dict[str, Any]]:
@@ -220,6 +224,11 @@ class SimServer:
     def effects_for(self, action_id: str) -> int:
         with self._lock:
             return self._counts.get(action_id, 0)
+
+    def queries_for(self, key: str) -> int:
+        """How many times ``GET /v1/effects/{key}`` (or ``/v1/settings/{key}``) was asked."""
+        with self._lock:
+            return self._queries.get(key, 0)
 
     def put_setting(self, name: str, value: Any) -> None:
         """Change a setting now, as someone other than settled would (no truth entry)."""
@@ -232,6 +241,7 @@ class SimServer:
         """What ``GET /v1/effects/{key}`` shows now; None while nothing is visible."""
         now = time.monotonic()
         with self._lock:
+            self._queries[key] = self._queries.get(key, 0) + 1
             visible = [e for e in self._effects.get(key, []) if e.visible_at <= now]
         if not visible:
             return None
@@ -242,6 +252,7 @@ class SimServer:
     def setting_view(self, name: str) -> Any:
         now = time.monotonic()
         with self._lock:
+            self._queries[name] = self._queries.get(name, 0) + 1
             for visible_at, value in reversed(self._settings.get(name, [])):
                 if visible_at <= now:
                     return value

@@ -1,0 +1,159 @@
+"""The sweeper: the reconciliation pass (``settled reconcile --due``) on an APScheduler 3
+interval job, until asked to stop.
+
+- The job never overlaps itself: one worker thread, ``max_instances=1``, ``coalesce``
+  (runs missed while a long pass was going collapse into one).
+- Several sweepers (and cron passes) on one ledger are safe: the reconciler leases each
+  row before it queries it, so no row is checked twice for the same due time.
+- ``request_stop()`` (the CLI calls it on SIGTERM/SIGINT) lets the check in hand
+  finish, hands the rest of the batch back to the ledger, and returns from ``serve``.
+- Every status move is logged as one JSON line (time, action_id, from, to, kind,
+  reason); so are start, stop, errors of a pass and scheduler warnings.
+
+Errors of one pass are logged and the next run tries again: a locked or briefly
+unreadable ledger must not end the daemon. This is a process boundary, like the CLI's
+``main``, and the one place here that catches broadly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from ..clock import Clock, to_text
+from ..errors import SettledError
+from ..ledger import Ledger
+from ..reconcile import DEFAULT_BATCH, DEFAULT_LEASE, Change, Reconciler
+
+Log = Callable[[dict[str, Any]], None]
+
+
+def json_lines(stream: IO[str] | None = None) -> Log:
+    """A logger that writes one JSON object per line (to stderr by default)."""
+    lock = threading.Lock()
+
+    def log(entry: dict[str, Any]) -> None:
+        out = stream or sys.stderr
+        line = json.dumps(entry, ensure_ascii=False, default=str)
+        with lock:
+            out.write(line + "\n")
+            out.flush()
+
+    return log
+
+
+class _SchedulerLog(logging.Handler):
+    """APScheduler's own warnings (a skipped overlapping run…) as JSON lines."""
+
+    def __init__(self, sweeper: Sweeper) -> None:
+        super().__init__(logging.WARNING)
+        self.sweeper = sweeper
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.sweeper.emit("scheduler", level=record.levelname.lower(),
+                          message=" ".join(record.getMessage().split()))
+
+
+@dataclass
+class Sweeper:
+    ledger: Ledger
+    registry: Any
+    interval: float = 5.0
+    batch: int = DEFAULT_BATCH
+    lease: float = DEFAULT_LEASE
+    clock: Clock = field(default_factory=Clock)
+    log: Log = field(default_factory=json_lines)
+    name: str = field(default_factory=lambda: f"daemon:{os.getpid()}")
+    _stop: threading.Event = field(default_factory=threading.Event)
+    passes: int = 0
+
+    def emit(self, event: str, **fields: Any) -> None:
+        self.log({"time": to_text(self.clock.now()), "event": event, "daemon": self.name,
+                  **fields})
+
+    def request_stop(self, why: str = "stop requested") -> None:
+        if not self._stop.is_set():
+            self.emit("stopping", reason=why)
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def _transition(self, ch: Change) -> None:
+        self.log({"time": ch.at or to_text(self.clock.now()), "event": "transition",
+                  "daemon": self.name, "action_id": ch.action_id, "from": ch.from_status,
+                  "to": ch.to_status, "kind": ch.kind, "reason": " ".join(ch.reason.split())})
+
+    def run_pass(self) -> None:
+        """One pass (the job). Never raises: a failed pass is logged and retried at
+        the next interval."""
+        if self._stop.is_set():
+            return
+        self.passes += 1
+        rec = Reconciler(
+            self.ledger, self.registry, clock=self.clock, actor=self.name, batch=self.batch,
+            lease=self.lease, on_change=self._transition, stop_requested=self._stop.is_set,
+        )
+        try:
+            report = rec.run_due()
+        except SettledError as exc:
+            self.emit("pass_failed", level="error", error=type(exc).__name__,
+                      message=" ".join(str(exc).split()))
+            return
+        except Exception as exc:  # the daemon's boundary: log the bug, keep serving
+            if os.environ.get("SETTLED_DEBUG"):
+                raise
+            self.emit("pass_failed", level="error", error=type(exc).__name__,
+                      message=" ".join(str(exc).split()))
+            return
+        if report.examined or report.stopped:
+            waiting = sum(1 for ch in report.skipped if ch.kind == "waiting")
+            self.emit("pass", examined=report.examined, counts=report.counts(),
+                      waiting=waiting, stopped=report.stopped)
+
+    def serve(self, *, once: bool = False) -> int:
+        """Run passes every ``interval`` seconds until ``request_stop``; 0 when it
+        stopped cleanly."""
+        self.emit("started", interval=self.interval, batch=self.batch, once=once,
+                  ledger=self.ledger.path)
+        if once:
+            self.run_pass()
+            self.emit("stopped", passes=self.passes)
+            return 0
+        from datetime import UTC
+
+        from apscheduler.executors.pool import ThreadPoolExecutor
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        aps_log = logging.getLogger("apscheduler")
+        handler = _SchedulerLog(self)
+        aps_log.addHandler(handler)
+        aps_log.propagate = False
+        scheduler = BackgroundScheduler(
+            timezone=UTC,
+            executors={"default": ThreadPoolExecutor(max_workers=1)},
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+        )
+        scheduler.add_job(
+            self.run_pass, "interval", seconds=self.interval, id="reconcile-due",
+            next_run_time=self.clock.now(),
+        )
+        scheduler.start()
+        try:
+            while not self._stop.wait(0.2):
+                pass
+        finally:
+            scheduler.shutdown(wait=True)  # the pass in hand sees the stop and returns
+            aps_log.removeHandler(handler)
+        self.emit("stopped", passes=self.passes)
+        return 0
+
+
+__all__ = ["Sweeper", "json_lines"]

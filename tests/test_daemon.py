@@ -1,0 +1,183 @@
+"""The daemon as real processes: SIGTERM mid-pass, and two daemons plus a cron pass on
+one ledger, counted at the sim server's ground truth."""
+
+from __future__ import annotations
+
+import io
+import json
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT, popen_cli, run_cli, sim_conf, write_config
+
+from settled.dispatch import Dispatcher
+from settled.ledger import Ledger
+from settled.model import Status
+from settled.providers import Registry
+from settled.providers.sim_server import SimServer
+
+
+def lines(stderr: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stderr.splitlines() if line.strip()]
+
+
+def fill(db_path: Path, sim: SimServer, plan: dict[str, str], **over: Any) -> dict[str, str]:
+    """Dispatch one `send` per action id (fault per id); returns id -> reconciliation key."""
+    reg = Registry({"sim": sim_conf(sim, **over)}, source="test")
+    keys = {}
+    try:
+        with Ledger.open(db_path) as led:
+            d = Dispatcher(led, reg)
+            for aid, fault in plan.items():
+                sim.plan(aid, fault)
+                rec = d.submit("sim", "send", {"n": aid}, action_id=aid).record
+                assert rec.status is Status.AWAITING_VERIFICATION
+                keys[aid] = rec.reconciliation_key
+    finally:
+        reg.close()
+    return keys
+
+
+@pytest.fixture
+def blackhole() -> Iterator[socket.socket]:
+    """A port that accepts connections (backlog) and never answers: every query on it
+    runs into its timeout."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(128)
+    yield s
+    s.close()
+
+
+def test_sigterm_finishes_the_check_in_hand_and_exits_0(
+    tmp_path: Path, sim: SimServer, db_path: Path, blackhole: socket.socket
+) -> None:
+    keys = fill(db_path, sim, {f"a{i:02}": "ok" for i in range(30)}, verify_deadline=600.0)
+    with Ledger.open(db_path) as led:
+        due = {r.action_id: r.next_check_at for r in led.query(statuses=["AWAITING_VERIFICATION"])}
+    url = f"http://127.0.0.1:{blackhole.getsockname()[1]}"
+    write_config(tmp_path / "settled.toml", {"sim": sim_conf(sim, base_url=url, timeout=0.3, verify_deadline=600.0)},
+                 reconcile={"batch": 10})
+    proc = popen_cli("daemon", "--interval", "60")
+    try:
+        ready, _, _ = select.select([blackhole], [], [], 20)  # a query is in flight
+        assert ready, "the daemon never queried"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    log = lines(err)
+    assert log[0]["event"] == "started" and log[-1]["event"] == "stopped"
+    assert any(e["event"] == "stopping" and e["reason"] == "SIGTERM" for e in log)
+    summary = next(e for e in log if e["event"] == "pass")
+    assert summary["stopped"] is True and 1 <= summary["examined"] < 30
+    with Ledger.open(db_path) as led:
+        rows = led.query(statuses=["AWAITING_VERIFICATION"])
+    assert len(rows) == 30  # nothing lost, nothing settled without evidence, budget intact
+    assert all(r.lease_owner is None for r in rows)
+    handed_back = [r for r in rows if r.checks == 0]
+    assert handed_back and all(r.next_check_at == due[r.action_id] for r in handed_back)
+    assert sum(r.checks for r in rows) == summary["examined"]
+    assert all(sim.queries_for(k) == 0 for k in keys.values())  # all went to the black hole
+
+
+def test_two_daemons_and_a_cron_pass_share_one_ledger(
+    tmp_path: Path, sim: SimServer, db_path: Path
+) -> None:
+    plan = {f"ok{i:03}": "ok" for i in range(220)}
+    plan |= {f"bounce{i:02}": "bounce" for i in range(40)}
+    plan |= {f"lag{i:02}": "lag:0.3" for i in range(40)}
+    conf = {"verify_interval": 0.1, "verify_deadline": 20.0}
+    keys = fill(db_path, sim, plan, **conf)
+    write_config(tmp_path / "settled.toml", {"sim": sim_conf(sim, **conf)}, reconcile={"batch": 15})
+    daemons = [popen_cli("daemon", "--interval", "0.1") for _ in range(2)]
+    try:
+        cron = run_cli("reconcile", "--due", "--json")
+        assert cron.returncode == 0, cron.stderr
+        end = time.monotonic() + 60
+        while True:
+            with Ledger.open(db_path) as led:
+                open_rows = led.query(statuses=["AWAITING_VERIFICATION", "DENIED_UNRESOLVED"])
+            if not open_rows:
+                break
+            assert time.monotonic() < end, f"{len(open_rows)} records never settled"
+            time.sleep(0.2)
+    finally:
+        for p in daemons:
+            p.send_signal(signal.SIGTERM)
+        errs = [p.communicate(timeout=20)[1] for p in daemons]
+    assert [p.returncode for p in daemons] == [0, 0], errs
+    with Ledger.open(db_path) as led:
+        final = {aid: led.get(aid) for aid in plan}
+    for aid, rec in final.items():
+        want = Status.FAILED if aid.startswith("bounce") else Status.CONFIRMED
+        assert rec.status is want, (aid, rec.status, rec.reason)
+        # every query the server saw is a check the ledger recorded: none doubled
+        assert sim.queries_for(keys[aid]) == rec.checks, aid
+        if not aid.startswith("lag"):
+            assert rec.checks == 1, aid
+    # each record settled exactly once, by exactly one of the three processes
+    settled = [e["action_id"] for err in errs for e in lines(err) if e["event"] == "transition"]
+    settled += [c["action_id"] for c in json.loads(cron.stdout)["changes"]]
+    assert sorted(settled) == sorted(plan)
+    assert all(len(sim.requests_for(aid)) == 1 for aid in plan)
+
+
+def test_once_logs_one_json_line_per_transition(
+    tmp_path: Path, sim: SimServer, db_path: Path
+) -> None:
+    fill(db_path, sim, {"a": "ok", "b": "bounce", "c": "lost_after_accept"})
+    write_config(tmp_path / "settled.toml", {"sim": sim_conf(sim)})
+    out = run_cli("daemon", "--once")
+    assert out.returncode == 0 and out.stdout == ""
+    log = lines(out.stderr)
+    moves = {e["action_id"]: (e["from"], e["to"], e["kind"])
+             for e in log if e["event"] == "transition"}
+    assert moves == {
+        "a": ("AWAITING_VERIFICATION", "CONFIRMED", "reconciled"),
+        "b": ("AWAITING_VERIFICATION", "FAILED", "reconciled"),
+    }
+    for e in log:
+        if e["event"] == "transition":
+            assert set(e) >= {"time", "action_id", "from", "to", "kind", "reason"}
+    summary = next(e for e in log if e["event"] == "pass")
+    assert summary["examined"] == 3 and summary["waiting"] == 1
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "nan"])
+def test_bad_interval_is_a_one_line_error(bad: str) -> None:
+    out = run_cli("daemon", "--interval", bad)
+    assert out.returncode == 1 and out.stderr.count("\n") == 1 and "--interval" in out.stderr
+
+
+def test_a_failed_pass_is_logged_and_the_daemon_goes_on(sim: SimServer) -> None:
+    from settled.daemon import Sweeper, json_lines
+
+    led = Ledger.open(":memory:")
+    led.close()  # every pass now fails on a closed connection
+    buf = io.StringIO()
+    sweeper = Sweeper(led, Registry({}), log=json_lines(buf))
+    sweeper.run_pass()
+    sweeper.run_pass()
+    log = lines(buf.getvalue())
+    assert [e["event"] for e in log] == ["pass_failed", "pass_failed"]
+    assert log[0]["level"] == "error" and "closed" in log[0]["message"]
+
+
+def test_cli_import_stays_light() -> None:
+    code = "import sys, settled.cli; print(sorted(m for m in ('apscheduler', 'httpx') if m in sys.modules))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False
+    )
+    assert out.stdout.strip() == "[]", out.stderr
