@@ -299,6 +299,21 @@ class LedgerMachine(RuleBasedStateMachine):
         assert self._status(aid) is Status.IN_FLIGHT  # the claim stays, leased
         STATS[f"crash:{where}"] += 1
 
+    @rule(target=actions, op=st.sampled_from(OPS), fault=st.sampled_from(FAULTS),
+          where=st.sampled_from(["before_send", "after_send"]))
+    def crash_on_submit(self, op: str, fault: str, where: str) -> str:
+        aid = self._new_id()
+        self.params[aid] = {"name": f"n-{aid}", "value": 0}
+        self.sim.plan(aid, fault)
+        self.provider.mode = where
+        with pytest.raises(SimulatedCrash):
+            self.dispatcher.submit("sim", op, self.params[aid], action_id=aid)
+        self.provider.mode = None
+        assert self._status(aid) is Status.IN_FLIGHT
+        assert len(self.sim.requests_for(aid)) == (1 if where == "after_send" else 0)
+        STATS[f"crash:{where}"] += 1
+        return aid
+
     @rule()
     def crash_while_reconciling(self) -> None:
         self.provider.mode = "in_check"
