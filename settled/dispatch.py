@@ -17,7 +17,7 @@ from typing import Any
 
 from . import faults
 from .clock import Clock, from_text, plus, to_text
-from .errors import NotFound, TransitionNotAllowed
+from .errors import LedgerBusy, NotFound, TransitionNotAllowed
 from .ledger import Ledger
 from .model import (
     Acceptance,
@@ -362,17 +362,26 @@ class Dispatcher:
         to, values, reason = _outcome(spec, claimed, verdict, wire, done)
         values.update({"lease_owner": None, "lease_expires_at": None})
         detail = {"verdict": str(verdict), "tries": tries, "reason": reason}
-        final = self.ledger.transition(
-            claimed.action_id,
-            Status.IN_FLIGHT,
-            to,
-            actor=self.actor,
-            kind="outcome",
-            at=to_text(done),
-            detail=detail,
-            values=values,
-            owner=owner,
-        )
+        try:
+            final = self.ledger.transition(
+                claimed.action_id,
+                Status.IN_FLIGHT,
+                to,
+                actor=self.actor,
+                kind="outcome",
+                at=to_text(done),
+                detail=detail,
+                values=values,
+                owner=owner,
+            )
+        except LedgerBusy:
+            # The request has left: "nothing was changed" would be false here.
+            raise LedgerBusy(
+                f"action {claimed.action_id}: the request was sent, but the ledger stayed "
+                f"locked (waited {self.ledger.busy_timeout:g} s) so its outcome is not "
+                f"recorded; it stays IN_FLIGHT until its lease expires at {lease_until}, "
+                "then reconciliation settles it"
+            ) from None
         if final is None:
             final = self._late_outcome(claimed.action_id, to, values, detail, done)
         return Report(Outcome.DISPATCHED, final, RESULT_BY_STATUS.get(final.status), reason)
