@@ -56,15 +56,16 @@ def main(argv: list[str] | None = None) -> None:
     from ..errors import SettledError
 
     debug = bool(os.environ.get("SETTLED_DEBUG"))
+    usage_errors, aborts, click_errors = _click_exceptions(click)
     try:
         rv = app(args=argv, standalone_mode=False, prog_name="settled")
-    except click.exceptions.UsageError as exc:
+    except usage_errors as exc:
         exc.show()
         code = 2
-    except click.exceptions.Abort:
+    except aborts:
         print("settled: aborted", file=sys.stderr)
         code = 130
-    except click.exceptions.ClickException as exc:
+    except click_errors as exc:
         exc.show()
         code = exc.exit_code
     except SettledError as exc:
@@ -94,3 +95,20 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         common.STATE.close()
     sys.exit(code)
+
+
+def _click_exceptions(click: Any) -> tuple[tuple[type[BaseException], ...], ...]:
+    """Click's usage / abort / other exception classes. Typer 0.29+ raises those of
+    its own vendored copy of Click (``typer._click``), which are not subclasses of the
+    ``click`` package's: both must map to exit 2, never to an internal error."""
+    usage: list[type[BaseException]] = [click.exceptions.UsageError]
+    aborts: list[type[BaseException]] = [click.exceptions.Abort, typer.Abort]
+    other: list[type[BaseException]] = [click.exceptions.ClickException]
+    try:
+        from typer._click import exceptions as vendored
+    except ImportError:  # a Typer that uses the click package itself
+        pass
+    else:
+        usage.append(vendored.UsageError)
+        other.append(vendored.ClickException)
+    return tuple(usage), tuple(aborts), tuple(other)
