@@ -17,7 +17,7 @@ from typing import Any
 
 from . import faults
 from .clock import Clock, from_text, plus, to_text
-from .errors import LedgerBusy, NotFound, TransitionNotAllowed
+from .errors import LedgerBusy, NotFound, TransitionNotAllowed, UsageError
 from .ledger import Ledger
 from .model import (
     Acceptance,
@@ -176,7 +176,7 @@ class Dispatcher:
             "action_id": aid,
             "provider": provider,
             "operation": operation,
-            "params": _dumps(params),
+            "params": _params_json(params),
             "params_hash": params_hash(params),
             "tier": str(spec.tier),
             "reconciliation_key": strategy.reconciliation_key,
@@ -507,6 +507,20 @@ def _existing(record: ActionRecord) -> Report:
     if record.status is Status.DENIED_UNRESOLVED:
         return Report(Outcome.BLOCKED, record, Result.UNRESOLVED, msg)
     return Report(Outcome.IN_PROGRESS, record, None, msg)
+
+
+def _params_json(params: Any) -> str:
+    """Params as stored and sent: strict JSON (no NaN/Infinity, valid UTF-8), checked
+    before anything is recorded, so that a request can never fail to encode after
+    its claim."""
+    import json
+
+    try:
+        text = json.dumps(params, sort_keys=True, ensure_ascii=False, allow_nan=False)
+        text.encode("utf-8")
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+        raise UsageError(f"params are not valid JSON: {exc}") from None
+    return text
 
 
 def _dumps(value: Any) -> str:

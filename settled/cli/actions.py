@@ -51,6 +51,10 @@ def parse_params(raw: str | None) -> Any:
         raise UsageError(f"{source} is nested too deeply") from None
     if not isinstance(value, dict):
         raise UsageError(f"{source} must be a JSON object, got {type(value).__name__}")
+    try:  # Python's json accepts NaN, Infinity, 1e999 and lone surrogates; JSON does not
+        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except ValueError as exc:
+        raise UsageError(f"{source} is not valid JSON ({exc})") from None
     return value
 
 
