@@ -67,7 +67,7 @@ def test_a_short_lock_is_waited_for(server: SimServer, config: Path, db_path: Pa
     locker.hold()
     try:
         procs = [popen_cli("dispatch", "sim", "book", "--action-id", f"b-{i}", "--json")
-                 for i in range(4)]
+                 for i in range(2)]
         time.sleep(0.6)
     finally:
         locker.release()
@@ -120,19 +120,19 @@ def test_busy_at_the_outcome_is_reported_honestly(tmp_path: Path, db_path: Path)
     bound: the command fails (exit 1, one line), says the request was sent, and the
     record is settled later by reconciliation, never reported as an outcome."""
     with _LockingServer(hang=1.0, honour_keys=False) as server:
-        provider = {"type": "sim", "base_url": server.url, "timeout": 2.0, "attempts": 1,
+        provider = {"type": "sim", "base_url": server.url, "timeout": 0.5, "attempts": 1,
                     "consistency_window": 0.0, "verify_interval": 0.05, "verify_deadline": 1.0}
         config = write_config(tmp_path / "settled.toml", {"sim": provider},
                               dispatch={"lease_grace": 0.2})
         _make_ledger(db_path)
         locker = _Locker(db_path)
-        server.on_request = lambda: (locker.hold(), threading.Timer(1.5, locker.release).start())
+        server.on_request = lambda: (locker.hold(), threading.Timer(0.8, locker.release).start())
         try:
             done = run_cli("dispatch", "sim", "send", "--action-id", "s-1", "--json",
                            env={"SETTLED_BUSY_TIMEOUT": "0.3"})
         finally:
             server.on_request = None
-            time.sleep(1.6)
+            time.sleep(0.9)
             locker.close()
         assert done.returncode == 1 and done.stdout == "", done.stderr
         lines = done.stderr.strip().splitlines()
@@ -145,7 +145,7 @@ def test_busy_at_the_outcome_is_reported_honestly(tmp_path: Path, db_path: Path)
         try:
             with Ledger.open(db_path) as ledger:
                 assert ledger.get("s-1").status.value == "IN_FLIGHT"
-                time.sleep(2.0 + 0.2)  # the lease: timeout 2.0 × 1 attempt + grace
+                time.sleep(0.5 + 0.2)  # the lease: timeout 0.5 × 1 attempt + grace
                 settle(ledger, registry)
                 check(ledger, server, ids=["s-1"], dedupes=False)
                 assert ledger.get("s-1").status.value == "CONFIRMED"

@@ -366,8 +366,8 @@ def test_random_interleavings_keep_the_invariants(servers: dict[bool, SimServer]
         run_state_machine_as_test(
             LedgerMachine,
             settings=settings(
-                max_examples=scaled(80),
-                stateful_step_count=40,
+                max_examples=scaled(60),
+                stateful_step_count=30,
                 deadline=None,
                 derandomize=budget() <= 1,
                 database=None,
@@ -375,5 +375,5 @@ def test_random_interleavings_keep_the_invariants(servers: dict[bool, SimServer]
             ),
         )
     print("\nstateful figures:", dict(sorted(STATS.items())))
-    assert STATS["examples"] >= scaled(80)
+    assert STATS["examples"] >= scaled(60)
     assert STATS["steps_checked"] > 0
