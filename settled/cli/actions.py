@@ -240,7 +240,8 @@ def register(app: typer.Typer) -> None:
         now = utcnow()
         before = to_text(plus(now, -parse_duration(older_than))) if older_than else None
         rows = STATE.ledger().query(
-            statuses=statuses, provider=provider, created_before=before, limit=limit
+            statuses=statuses, provider=provider, created_before=before,
+            limit=min(limit, 2**63 - 1),  # SQLite's largest integer; more rows cannot exist
         )
         if as_json:
             emit_json([{**r.to_json(), "next": next_step(r)} for r in rows])
