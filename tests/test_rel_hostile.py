@@ -109,7 +109,7 @@ FLAGS = ["--json", "--params", "--action-id", "--needs-confirmation", "--wait-ti
          "--", "-"]
 WORDS = ["sim", "book", "send", "notify", "deliver", "set", "nope", "p-1", "c-1", "u-1", "f-1",
          "{}", '{"a": 1}', "[1]", "null", '{"a":', "10m", "-1", "nan", "inf", "1e999", "0",
-         "all", "PENDING", "pending,FAILED", "DENIED_UNRESOLVED", "@notadb.txt", "@missing.json",
+         "1e20", "99999999999999999999", "2e9d", "all", "PENDING", "pending,FAILED", "DENIED_UNRESOLVED", "@notadb.txt", "@missing.json",
          "' OR 1=1 --", "x'); DROP TABLE actions;--", "\x00", "é", "\udcff", " lead", "a" * 300]
 TOKENS = st.one_of(st.sampled_from(FLAGS), st.sampled_from(WORDS),
                    st.text(max_size=12), st.text(alphabet="-=@{}[]\"':,0123456789", max_size=8))
