@@ -115,6 +115,7 @@ def _daemon_available() -> bool:
     return importlib.util.find_spec("settled.daemon") is not None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [2, 8])
 def test_processes_mixing_everything_never_duplicate_or_lose(
     workers: int, server: SimServer, config: Path, db_path: Path

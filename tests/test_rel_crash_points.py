@@ -165,6 +165,7 @@ def _communicate_all(procs: dict[Any, subprocess.Popen[str]]) -> dict[Any, tuple
     return out
 
 
+@pytest.mark.slow
 def test_dispatcher_killed_at_every_step(server: SimServer, config: Path, db_path: Path) -> None:
     """Every crash point × (dispatch book, dispatch send, dispatch notify, confirm send),
     all at once on one ledger: 24 processes that each SIGKILL themselves."""
@@ -249,6 +250,7 @@ def _dispatch_in_process(db: Path, config: Path, server: SimServer,
             d.submit("sim", op, {"to": aid}, action_id=aid)
 
 
+@pytest.mark.slow
 def test_reconciler_killed_at_every_step(server: SimServer, config: Path, tmp_path: Path) -> None:
     """Each reconciler crash point on its own ledger, the four reconcilers at once.
     Work for every kind of check: an applied send and a bounced one waiting for

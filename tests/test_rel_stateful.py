@@ -358,6 +358,7 @@ def servers() -> Iterator[dict[bool, SimServer]]:
         yield {True: on, False: off}
 
 
+@pytest.mark.slow
 def test_random_interleavings_keep_the_invariants(servers: dict[bool, SimServer]) -> None:
     STATS.clear()
     with httpx.Client(trust_env=False) as client:
