@@ -367,7 +367,7 @@ def test_random_interleavings_keep_the_invariants(servers: dict[bool, SimServer]
         run_state_machine_as_test(
             LedgerMachine,
             settings=settings(
-                max_examples=scaled(60),
+                max_examples=scaled(100),
                 stateful_step_count=30,
                 deadline=None,
                 derandomize=budget() <= 1,
@@ -376,5 +376,5 @@ def test_random_interleavings_keep_the_invariants(servers: dict[bool, SimServer]
             ),
         )
     print("\nstateful figures:", dict(sorted(STATS.items())))
-    assert STATS["examples"] >= scaled(60)
+    assert STATS["examples"] >= scaled(100)
     assert STATS["steps_checked"] > 0
