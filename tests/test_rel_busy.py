@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import popen_cli, run_cli, write_config
 from invariants import check, dump, settle
+
 from settled.config import load
 from settled.ledger import Ledger
 from settled.providers import Registry

@@ -5,7 +5,6 @@ recognise as well."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import run_cli
 
 

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import ROOT, popen_cli, write_config
 from invariants import budget, check, settle
+
 from settled.config import load
 from settled.ledger import Ledger
 from settled.providers import Registry

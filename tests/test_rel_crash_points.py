@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import ROOT, popen_cli, write_config
 from invariants import check, settle
+
 from settled.config import load
 from settled.dispatch import Dispatcher, DispatchSettings
 from settled.ledger import Ledger

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from invariants import check, settle
+
 from settled.dispatch import Dispatcher, DispatchSettings
 from settled.ledger import Ledger
 from settled.model import Status

@@ -24,11 +24,11 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import run_cli, sim_conf, write_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import run_cli, sim_conf, write_config
 from invariants import budget, check, dump, scaled, settle
+
 from settled.cli import main
 from settled.dispatch import Dispatcher
 from settled.ledger import Ledger

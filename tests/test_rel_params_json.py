@@ -9,9 +9,9 @@ import math
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli
 from invariants import dump
+
 from settled.dispatch import Dispatcher
 from settled.errors import UsageError
 from settled.ledger import Ledger

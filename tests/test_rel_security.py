@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import run_cli, write_config
+
 from settled.clock import utcnow
 from settled.dispatch import Dispatcher
 from settled.ledger import Ledger
@@ -84,8 +84,10 @@ FORGED = "'a', 'x', 'mallory', 'recorded', NULL, 'CONFIRMED', 1, '{}'"
         "DELETE FROM actions",
         f"INSERT OR REPLACE INTO events ({EVENT_COLUMNS}) VALUES (1, {FORGED})",
         f"REPLACE INTO events ({EVENT_COLUMNS}) VALUES (1, {FORGED})",
-        f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (1, {FORGED})"
-        " ON CONFLICT(id) DO UPDATE SET actor = 'mallory'",
+        (
+            f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (1, {FORGED})"
+            " ON CONFLICT(id) DO UPDATE SET actor = 'mallory'"
+        ),
         "UPDATE OR REPLACE events SET id = 2 WHERE id = 1",
     ],
 )

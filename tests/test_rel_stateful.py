@@ -31,8 +31,8 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-
 from invariants import budget, check, scaled
+
 from settled.clock import FakeClock
 from settled.dispatch import Dispatcher, DispatchSettings, Outcome
 from settled.errors import Conflict, TransitionNotAllowed
