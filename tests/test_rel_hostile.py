@@ -461,3 +461,59 @@ def test_huge_reply_through_the_command_line(env: dict[str, Any]) -> None:
     outcome = [e for e in json.loads(shown.stdout)["events"] if e["kind"] == "outcome"]
     assert "reply larger than 1048576 bytes, not read" in outcome[0]["detail"]["tries"][0]["detail"]
 
+
+
+@pytest.mark.parametrize(
+    ("reply", "query"),
+    [
+        (b"{}", b"{}"),  # the pointers /id and /status point at nothing
+        (b'{"id": 5}', b'{"status": 5}'),  # wrong types
+        (b'{"id": null}', b'{"status": null}'),
+        (b"[]", b'"delivered"'),  # not an object at all
+        (b"not json", b"not json"),
+        (b"\xff\xfe", b"\xff\xfe"),  # invalid UTF-8
+    ],
+)
+def test_http_provider_replies_that_miss_their_pointers(tmp_path: Path, reply: bytes,
+                                                         query: bytes) -> None:
+    """The declarative http provider (DESIGN.md §3): replies whose JSON pointers find
+    nothing, or find the wrong type, prove nothing and raise nothing."""
+    import importlib.util
+
+    if importlib.util.find_spec("settled.providers.http") is None:
+        pytest.skip("settled.providers.http is not part of this build yet; this test runs "
+                    "once it is")
+    with Scripted() as server:
+        server.replies["POST send"] = (202, reply, True)
+        server.replies["GET effects"] = (200, query, True)
+        conf = {
+            "type": "http",
+            "base_url": server.url,
+            "timeout": 1.0,
+            "operations": {
+                "send": {
+                    "tier": "reconcilable",
+                    "consistency_window": 0,
+                    "attempts": 1,
+                    "request": {"method": "POST", "path": "/v1/send"},
+                    "reconciliation_key_field": "client_reference",
+                    "object_id": "/id",
+                    "query": {"method": "GET", "path": "/v1/effects/{reconciliation_key}"},
+                    "status": "/status",
+                    "applied": ["delivered"],
+                    "not_applied": ["bounced"],
+                    "verify": {"interval": 0.05, "deadline": 0.3},
+                }
+            },
+        }
+        registry = Registry({"api": conf}, source="test")
+        try:
+            with Ledger.open(tmp_path / "l.db") as ledger:
+                rep = Dispatcher(ledger, registry).submit("api", "send", {"to": "x"}, action_id="a")
+                assert rep.record is not None and rep.record.status is not Status.CONFIRMED
+                settle(ledger, registry)
+                rec = ledger.get("a")
+                assert rec.status is Status.DENIED_UNRESOLVED, rec.reason
+                check(ledger, None)
+        finally:
+            registry.close()
