@@ -22,14 +22,14 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, popen_cli, write_config
-from invariants import budget, check, settle
+from invariants import budget, check, scaled, settle
 
 from settled.config import load
 from settled.ledger import Ledger
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer
 
-POOL = 40  # action ids shared by every worker
+POOL = 40  # action ids shared by every worker (× the budget)
 OPS = ("book", "send", "deliver", "notify", "set")
 QUICK_FAULTS = ("ok", "ok", "lost_after_accept", "bounce", "reject", "5xx_after",
                 "reset_after_apply", "drop", "5xx_before")
@@ -121,13 +121,14 @@ def test_processes_mixing_everything_never_duplicate_or_lose(
     workers: int, server: SimServer, config: Path, db_path: Path
 ) -> None:
     rnd = random.Random(workers)
-    for n in range(POOL):
+    pool = scaled(POOL)
+    for n in range(pool):
         server.plan(f"c-{n}", rnd.choice(QUICK_FAULTS))
     seconds = 1.5 * budget()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(db_path), str(config), str(seed), str(seconds), str(POOL)],
+            [sys.executable, "-c", WORKER, str(db_path), str(config), str(seed), str(seconds), str(pool)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=env, cwd=str(ROOT),
         )
@@ -143,7 +144,7 @@ def test_processes_mixing_everything_never_duplicate_or_lose(
     if _daemon_available():
         daemon = popen_cli("daemon", "--interval", "0.1")
     # Real CLI processes join in: many confirms of the same ids at once.
-    cli_ids = [f"c-{n}" for n in range(0, POOL, 7)]
+    cli_ids = [f"c-{n}" for n in range(0, pool, 7)]
     cli: list[subprocess.Popen[str]] = []
     for _ in range(2):  # two rounds, so that CLI start-up does not starve the workers
         time.sleep(seconds / 3)
