@@ -126,13 +126,13 @@ def test_busy_at_the_outcome_is_reported_honestly(tmp_path: Path, db_path: Path)
                               dispatch={"lease_grace": 0.2})
         _make_ledger(db_path)
         locker = _Locker(db_path)
-        server.on_request = lambda: (locker.hold(), threading.Timer(0.8, locker.release).start())
+        server.on_request = lambda: (locker.hold(), threading.Timer(1.5, locker.release).start())
         try:
             done = run_cli("dispatch", "sim", "send", "--action-id", "s-1", "--json",
                            env={"SETTLED_BUSY_TIMEOUT": "0.3"})
         finally:
             server.on_request = None
-            time.sleep(0.9)
+            time.sleep(1.6)
             locker.close()
         assert done.returncode == 1 and done.stdout == "", done.stderr
         lines = done.stderr.strip().splitlines()
