@@ -28,6 +28,7 @@ from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
+    precondition,
     rule,
     run_state_machine_as_test,
 )
@@ -250,6 +251,21 @@ class LedgerMachine(RuleBasedStateMachine):
         assert report.record is not None and report.record.attempt == before.attempt + 1
         assert report.record.idempotency_key == f"{aid}:{before.attempt + 1}"
         STATS["retry:dispatched"] += 1
+
+    def _some(self, status: str) -> bool:
+        return hasattr(self, "registry") and bool(self.ledger.query(statuses=[status], limit=1))
+
+    @precondition(lambda self: self._some("FAILED"))
+    @rule(data=st.data())
+    def retry_a_failed_one(self, data: st.DataObject) -> None:
+        ids = [r.action_id for r in self.ledger.query(statuses=["FAILED"])]
+        self.retry(data.draw(st.sampled_from(ids)))
+
+    @precondition(lambda self: self._some("PENDING"))
+    @rule(data=st.data())
+    def confirm_a_pending_one(self, data: st.DataObject) -> None:
+        ids = [r.action_id for r in self.ledger.query(statuses=["PENDING"])]
+        self.confirm(data.draw(st.sampled_from(ids)))
 
     @rule(aid=actions, who=st.sampled_from(["alice", "bob"]))
     def resolve(self, aid: str, who: str) -> None:
