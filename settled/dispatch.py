@@ -17,7 +17,7 @@ from typing import Any
 
 from . import faults
 from .clock import Clock, from_text, plus, to_text
-from .errors import NotFound, TransitionNotAllowed
+from .errors import LedgerBusy, NotFound, TransitionNotAllowed, UsageError
 from .ledger import Ledger
 from .model import (
     Acceptance,
@@ -180,7 +180,7 @@ class Dispatcher:
             "action_id": aid,
             "provider": provider,
             "operation": operation,
-            "params": _dumps(params),
+            "params": _params_json(params),
             "params_hash": params_hash(params),
             "tier": str(spec.tier),
             "reconciliation_key": strategy.reconciliation_key,
@@ -369,17 +369,26 @@ class Dispatcher:
         to, values, reason = _outcome(spec, claimed, verdict, wire, done)
         values.update({"lease_owner": None, "lease_expires_at": None})
         detail = {"verdict": str(verdict), "tries": tries, "reason": reason}
-        final = self.ledger.transition(
-            claimed.action_id,
-            Status.IN_FLIGHT,
-            to,
-            actor=self.actor,
-            kind="outcome",
-            at=to_text(done),
-            detail=detail,
-            values=values,
-            owner=owner,
-        )
+        try:
+            final = self.ledger.transition(
+                claimed.action_id,
+                Status.IN_FLIGHT,
+                to,
+                actor=self.actor,
+                kind="outcome",
+                at=to_text(done),
+                detail=detail,
+                values=values,
+                owner=owner,
+            )
+        except LedgerBusy:
+            # The request has left: "nothing was changed" would be false here.
+            raise LedgerBusy(
+                f"action {claimed.action_id}: the request was sent, but the ledger stayed "
+                f"locked (waited {self.ledger.busy_timeout:g} s) so its outcome is not "
+                f"recorded; it stays IN_FLIGHT until its lease expires at {lease_until}, "
+                "then reconciliation settles it"
+            ) from None
         if final is None:
             final = self._late_outcome(claimed.action_id, to, values, detail, done)
         return Report(Outcome.DISPATCHED, final, RESULT_BY_STATUS.get(final.status), reason)
@@ -507,6 +516,20 @@ def _as_found(record: ActionRecord, msg: str) -> Report:
     if record.status is Status.DENIED_UNRESOLVED:
         return Report(Outcome.BLOCKED, record, Result.UNRESOLVED, msg)
     return Report(Outcome.IN_PROGRESS, record, None, msg)
+
+
+def _params_json(params: Any) -> str:
+    """Params as stored and sent: strict JSON (no NaN/Infinity, valid UTF-8), checked
+    before anything is recorded, so that a request can never fail to encode after
+    its claim."""
+    import json
+
+    try:
+        text = json.dumps(params, sort_keys=True, ensure_ascii=False, allow_nan=False)
+        text.encode("utf-8")
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+        raise UsageError(f"params are not valid JSON: {exc}") from None
+    return text
 
 
 def _dumps(value: Any) -> str:

@@ -35,7 +35,7 @@ from .errors import Conflict, LedgerBusy, LedgerError, NotFound
 from .model import ActionRecord, Event, Status, check_transition
 
 APPLICATION_ID = 0x53544C44  # "STLD": marks a file as a settled ledger
-SCHEMA_VERSION = 1  # == settled.migrations.LATEST (checked by a test)
+SCHEMA_VERSION = 2  # == settled.migrations.LATEST (checked by a test)
 DEFAULT_BUSY_TIMEOUT = 10.0
 SQLITE_HEADER = b"SQLite format 3\x00"
 

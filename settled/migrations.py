@@ -103,8 +103,27 @@ def _m001_initial(db: sqlite_utils.Database) -> None:
         )
 
 
+def _m002_no_replace(db: sqlite_utils.Database) -> None:
+    # ``INSERT OR REPLACE`` / ``REPLACE INTO`` delete the conflicting row without firing
+    # the DELETE triggers (SQLite fires them on REPLACE only with recursive_triggers),
+    # so 001's triggers alone let an event be rewritten in place. An insert that would
+    # collide with a stored event is refused; one that would collide with an action is
+    # ignored (the ledger's own insert is ``ON CONFLICT DO NOTHING`` and stays so).
+    db.execute(
+        "CREATE TRIGGER events_no_replace BEFORE INSERT ON events "
+        "WHEN EXISTS (SELECT 1 FROM events WHERE id = NEW.id) "
+        "BEGIN SELECT RAISE(ABORT, 'settled: events are append-only'); END"
+    )
+    db.execute(
+        "CREATE TRIGGER actions_no_replace BEFORE INSERT ON actions "
+        "WHEN EXISTS (SELECT 1 FROM actions WHERE action_id = NEW.action_id) "
+        "BEGIN SELECT RAISE(IGNORE); END"
+    )
+
+
 MIGRATIONS: list[tuple[str, Step]] = [
     ("001_initial", _m001_initial),
+    ("002_no_replace", _m002_no_replace),
 ]
 
 LATEST = len(MIGRATIONS)

@@ -60,6 +60,10 @@ def parse_params(raw: str | None) -> Any:
         raise UsageError(f"{source} is nested too deeply") from None
     if not isinstance(value, dict):
         raise UsageError(f"{source} must be a JSON object, got {type(value).__name__}")
+    try:  # Python's json accepts NaN, Infinity, 1e999 and lone surrogates; JSON does not
+        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except ValueError as exc:
+        raise UsageError(f"{source} is not valid JSON ({exc})") from None
     return value
 
 
@@ -272,7 +276,8 @@ def register(app: typer.Typer) -> None:
         now = utcnow()
         before = to_text(plus(now, -parse_duration(older_than))) if older_than else None
         rows = STATE.ledger().query(
-            statuses=statuses, provider=provider, created_before=before, limit=limit
+            statuses=statuses, provider=provider, created_before=before,
+            limit=min(limit, 2**63 - 1),  # SQLite's largest integer; more rows cannot exist
         )
         if as_json:
             emit_json([{**r.to_json(), "next": next_step(r)} for r in rows])

@@ -93,6 +93,9 @@ STATUS_STYLE = {
 }
 
 
+MAX_DURATION = 100 * 366 * 86400.0  # s: a century
+
+
 def parse_duration(text: str) -> float:
     """'90', '90s', '10m', '2h', '1d' → seconds."""
     from ..errors import UsageError
@@ -109,6 +112,8 @@ def parse_duration(text: str) -> float:
         raise UsageError(f"bad duration {text!r}: use e.g. 90s, 10m, 2h or 1d") from None
     if value < 0 or value != value or value == float("inf"):
         raise UsageError(f"bad duration {text!r}: must be a finite number >= 0")
+    if value * mult > MAX_DURATION:  # beyond what a date can be shifted by
+        raise UsageError(f"bad duration {text!r}: at most {MAX_DURATION // 86400:g}d")
     return value * mult
 
 

@@ -1,0 +1,187 @@
+"""The invariants every reliability test checks: the ledger against the sim provider's
+ground truth (what was really applied, what was really received), and the event log
+against the transition table.
+
+    check(ledger, server, ids=..., dedupes=...)   -> Counter of final statuses
+    settle(ledger, registry)                      -> run reconciliation until nothing is due
+    budget(), scaled(n)                           -> the SETTLED_TEST_BUDGET multiplier
+
+A failed check raises AssertionError naming the action and what it saw, so a test can
+simply call ``check`` after its scenario.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from settled.clock import Clock, from_text
+from settled.ledger import Ledger
+from settled.model import TRANSITIONS, Acceptance, ActionRecord, Status
+from settled.providers.sim_server import SimServer
+from settled.reconcile import Reconciler
+
+SETTLED_STATUSES = frozenset({Status.CONFIRMED, Status.FAILED, Status.DENIED_UNRESOLVED})
+
+
+def budget() -> float:
+    """``SETTLED_TEST_BUDGET`` (default 1): multiplies example counts and durations."""
+    raw = os.environ.get("SETTLED_TEST_BUDGET", "1")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise RuntimeError(f"SETTLED_TEST_BUDGET={raw!r} is not a number") from None
+    return max(value, 0.1)
+
+
+def scaled(n: float) -> int:
+    return max(1, int(round(n * budget())))
+
+
+# ------------------------------------------------------------------------ the ledger
+
+
+def all_records(ledger: Ledger) -> list[ActionRecord]:
+    return ledger.query()
+
+
+def dump(path: str | os.PathLike[str]) -> list[tuple[Any, ...]]:
+    """Every row of every table, read through a separate connection: what a rejected
+    command must leave unchanged."""
+    conn = sqlite3.connect(f"file:{os.fspath(path)}?mode=ro", uri=True)
+    try:
+        out: list[tuple[Any, ...]] = []
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+        for t in tables:
+            out.append(("table", t))
+            out.extend(conn.execute(f'SELECT * FROM "{t}" ORDER BY rowid').fetchall())
+        out.append(("schema", *[r[0] for r in conn.execute("SELECT sql FROM sqlite_master ORDER BY name")]))
+        return out
+    finally:
+        conn.close()
+
+
+def check_events(ledger: Ledger, rec: ActionRecord) -> int:
+    """Every stored move is in the table, and replaying the log gives the current
+    status (and attempt). Returns the number of events."""
+    events = ledger.events(rec.action_id)
+    assert events, f"{rec.action_id}: no events"
+    first = events[0]
+    assert (first.kind, first.from_status, first.to_status) == ("recorded", None, "PENDING"), (
+        f"{rec.action_id}: log does not start with the recording: {first}"
+    )
+    state = Status.PENDING
+    for ev in events[1:]:
+        assert ev.from_status == state, (
+            f"{rec.action_id}: event {ev.id} ({ev.kind}) moves from {ev.from_status}, "
+            f"but the log had reached {state}"
+        )
+        move = (Status(ev.from_status), Status(ev.to_status))
+        assert move in TRANSITIONS, f"{rec.action_id}: event {ev.id} {move} is not in the table"
+        assert ev.actor, f"{rec.action_id}: event {ev.id} has no actor"
+        state = Status(ev.to_status)
+    assert state is rec.status, f"{rec.action_id}: log replays to {state}, record says {rec.status}"
+    assert events[-1].attempt == rec.attempt, f"{rec.action_id}: attempt differs from its log"
+    return len(events)
+
+
+# ------------------------------------------------------------------------ the checks
+
+
+def check(
+    ledger: Ledger,
+    server: SimServer | None,
+    *,
+    ids: Iterable[str] | None = None,
+    dedupes: bool = False,
+    final: bool = True,
+    open_ok: Iterable[str] = (),
+) -> Counter[str]:
+    """Assert the invariants over every record in ``ledger``:
+
+    - no CONFIRMED without an applied effect, no FAILED with one;
+    - at most one effect per action;
+    - at most one request per attempt (idempotency key) when the provider does not
+      deduplicate; no request for an attempt the ledger does not know;
+    - every action accounted for: the ledger holds exactly ``ids`` (when given), every
+      request the provider saw belongs to a recorded action, and (``final``) nothing is
+      left PENDING or IN_FLIGHT except ``open_ok``;
+    - the event log replays to each record and uses only allowed moves;
+    - ``PRAGMA integrity_check`` is ok.
+    """
+    records = all_records(ledger)
+    by_id = {r.action_id: r for r in records}
+    if ids is not None:
+        want = set(ids)
+        assert set(by_id) == want, (
+            f"ledger rows differ from the actions submitted: lost {sorted(want - set(by_id))}, "
+            f"stray {sorted(set(by_id) - want)}"
+        )
+    truth = server.truth() if server is not None else {"requests": [], "effects": {}}
+    seen_ids = {r["action_id"] for r in truth["requests"]}
+    assert seen_ids <= set(by_id), f"provider saw unrecorded actions: {sorted(seen_ids - set(by_id))}"
+    requests: dict[str, list[dict[str, Any]]] = {}
+    for r in truth["requests"]:
+        requests.setdefault(r["action_id"], []).append(r)
+    open_ok = set(open_ok)
+    statuses: Counter[str] = Counter()
+    for rec in records:
+        aid = rec.action_id
+        effects = int(truth["effects"].get(aid, 0))
+        reqs = requests.get(aid, [])
+        where = f"{aid} ({rec.provider}.{rec.operation}, {rec.status}, attempt {rec.attempt})"
+        assert effects <= 1, f"{where}: {effects} effects applied"
+        if rec.status is Status.CONFIRMED:
+            assert effects == 1, f"{where}: CONFIRMED without an applied effect"
+            assert rec.acceptance is Acceptance.ACCEPTED and rec.confirmed_by, where
+        if rec.status is Status.FAILED:
+            assert effects == 0, f"{where}: FAILED although the effect was applied"
+            assert rec.acceptance is Acceptance.REJECTED, where
+        known = {f"{aid}:{n}" for n in range(1, rec.attempt + 1)}
+        keys = Counter(r["idempotency_key"] for r in reqs)
+        assert set(keys) <= known, f"{where}: requests under unknown keys {set(keys) - known}"
+        if not dedupes:
+            dup = {k: n for k, n in keys.items() if n > 1}
+            assert not dup, f"{where}: sent more than once per attempt without dedupe: {dup}"
+        if final and aid not in open_ok:
+            assert rec.status in SETTLED_STATUSES, f"{where}: left {rec.status}"
+            assert rec.next_check_at is None or rec.status is Status.DENIED_UNRESOLVED, where
+        if rec.status is Status.DENIED_UNRESOLVED:
+            assert rec.reason, f"{where}: unresolved without a reason"
+        check_events(ledger, rec)
+        statuses[str(rec.status)] += 1
+    assert ledger.integrity_check() == "ok"
+    return statuses
+
+
+# ------------------------------------------------------------------------ driving
+
+
+def settle(
+    ledger: Ledger,
+    registry: Any,
+    *,
+    clock: Clock | None = None,
+    lease: float = 5.0,
+    timeout: float = 20.0,
+) -> int:
+    """Run reconciliation passes (real time) until no record has a check scheduled.
+    Returns the number of passes. Bounded by ``timeout`` seconds."""
+    clock = clock or Clock()
+    rec = Reconciler(ledger, registry, clock=clock, lease=lease)
+    deadline = time.monotonic() + timeout
+    passes = 0
+    while True:
+        rec.run_due()
+        passes += 1
+        pending = [r.next_check_at for r in ledger.query() if r.next_check_at is not None]
+        if not pending:
+            return passes
+        assert time.monotonic() < deadline, f"records still scheduled after {timeout} s: {pending}"
+        soonest = min(from_text(t) for t in pending)  # type: ignore[type-var]
+        gap = (soonest - clock.now()).total_seconds()  # type: ignore[operator]
+        time.sleep(min(max(gap, 0.005), 0.2))

@@ -1,0 +1,396 @@
+"""Stateful property test: Hypothesis drives random interleavings of dispatch, confirm,
+reconcile, resolve, retry, time passing (lease expiry, verification budgets) and
+crashes against the real sim provider, and checks the invariants after every step.
+
+In process, with a FakeClock injected into the Dispatcher and the Reconciler. A crash is
+modelled by a provider wrapper that raises a BaseException the core does not catch
+(``SimulatedCrash``) before or after the real request, or inside a reconciler's query:
+the claim and lease it leaves are exactly what a killed process leaves. The real-process
+SIGKILL proofs are in ``test_rel_crash_points.py``.
+
+Budget: ``SETTLED_TEST_BUDGET`` multiplies the number of examples. At budget 1 the run
+is derandomized (the same examples on every CI run); above 1 it explores new ones.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from invariants import budget, check, scaled
+
+from settled.clock import FakeClock
+from settled.dispatch import Dispatcher, DispatchSettings, Outcome
+from settled.errors import Conflict, TransitionNotAllowed
+from settled.ledger import Ledger
+from settled.model import Status
+from settled.providers import Registry
+from settled.providers.base import Observation, OperationSpec, QueryTarget, Request, WireResult
+from settled.providers.sim_server import SimServer
+from settled.reconcile import Reconciler
+from settled.resolve import resolve
+
+OPS = ("book", "send", "deliver", "notify", "set")
+FAULTS = (
+    "ok",
+    "ok",
+    "lost_after_accept",
+    "bounce",
+    "reject",
+    "drop",
+    "5xx_before",
+    "5xx_after",
+    "reset_after_apply",
+    "timeout_after_apply",
+    "garbage",
+    "http:429",
+    "http:799",
+    "lag:30",  # applied, but not visible within any test
+)
+TIMEOUT = 0.1  # s per request: a hanging fault costs this much real time
+
+STATS: Counter[str] = Counter()
+
+
+class SimulatedCrash(BaseException):
+    """The process died here (not an Exception: nothing in the core may catch it)."""
+
+
+class Crashy:
+    """Wraps the sim provider; ``arm`` makes the next call die before or after the
+    real request, or during a reconciler's query."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.mode: str | None = None
+        self.during_send: Any = None  # a callable run while the request is "in flight"
+
+    def operations(self) -> Mapping[str, OperationSpec]:
+        return self.inner.operations()  # type: ignore[no-any-return]
+
+    def execute(self, request: Request) -> WireResult:
+        mode, self.mode = self.mode, None
+        if mode == "before_send":
+            raise SimulatedCrash(mode)
+        if self.during_send is not None:
+            hook, self.during_send = self.during_send, None
+            hook()
+        result: WireResult = self.inner.execute(request)
+        if mode == "after_send":
+            raise SimulatedCrash(mode)
+        return result
+
+    def query(self, target: QueryTarget) -> Observation:
+        if self.mode == "in_check":
+            self.mode = None
+            raise SimulatedCrash("in_check")
+        return self.inner.query(target)  # type: ignore[no-any-return]
+
+    def snapshot(self, operation: str, params: Any) -> Any:
+        return self.inner.snapshot(operation, params)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class LedgerMachine(RuleBasedStateMachine):
+    server: dict[bool, SimServer]
+    client: httpx.Client
+
+    actions = Bundle("actions")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = FakeClock()
+        self.ledger = Ledger.open(":memory:")
+        self.ids: list[str] = []
+        self.params: dict[str, dict[str, Any]] = {}
+        self.counter = itertools.count()
+        STATS["examples"] += 1
+
+    @initialize(dedupe=st.booleans(), attempts=st.integers(1, 3))
+    def setup(self, dedupe: bool, attempts: int) -> None:
+        self.dedupe = dedupe
+        self.sim = self.server[dedupe]
+        self.sim.reset()
+        conf = {
+            "type": "sim",
+            "base_url": self.sim.url,
+            "timeout": TIMEOUT,
+            "attempts": attempts,
+            "dedupe": dedupe,
+            "consistency_window": 1.0,
+            "verify_interval": 0.5,
+            "verify_deadline": 5.0,
+        }
+        self.registry = Registry({"sim": conf}, source="test", client=self.client)
+        self.provider = Crashy(self.registry.provider("sim"))
+        self.registry.add(self.provider)
+        self.dispatcher = Dispatcher(
+            self.ledger, self.registry, clock=self.clock,
+            settings=DispatchSettings(lease_grace=2.0, backoff=0.05), actor="machine",
+        )
+        self.reconciler = Reconciler(self.ledger, self.registry, clock=self.clock, lease=3.0)
+
+    def teardown(self) -> None:
+        try:
+            if hasattr(self, "registry"):
+                self._settle_everything()
+        finally:
+            self.ledger.close()
+
+    # ---------------------------------------------------------------- helpers
+    def _new_id(self) -> str:
+        aid = f"s{next(self.counter)}"
+        self.ids.append(aid)
+        return aid
+
+    def _requests(self) -> int:
+        return len(self.sim.truth()["requests"])
+
+    def _status(self, aid: str) -> Status:
+        return self.ledger.get(aid).status
+
+    def _settle_everything(self) -> None:
+        """Let every lease and budget run out; nothing may be left in flight."""
+        for _ in range(40):
+            self.clock.advance(10.0)
+            self.reconciler.run_due()
+            if all(r.next_check_at is None for r in self.ledger.query()):
+                break
+        pending = {r.action_id for r in self.ledger.query(statuses=["PENDING"])}
+        statuses = check(self.ledger, self.sim, ids=self.ids, dedupes=self.dedupe,
+                         final=True, open_ok=pending)
+        STATS.update({f"final:{k}": v for k, v in statuses.items()})
+
+    # ---------------------------------------------------------------- rules
+    @rule(target=actions, op=st.sampled_from(OPS),
+          faults=st.lists(st.sampled_from(FAULTS), max_size=3),
+          later=st.sampled_from([False, False, True]))
+    def submit(self, op: str, faults: list[str], later: bool) -> str:
+        aid = self._new_id()
+        params = {"name": f"n-{aid}", "value": len(faults)}
+        self.params[aid] = params
+        self.sim.plan(aid, *faults)
+        report = self.dispatcher.submit("sim", op, params, action_id=aid, needs_confirmation=later)
+        assert report.record is not None
+        if later:
+            assert report.outcome is Outcome.RECORDED and report.record.status is Status.PENDING
+            assert self.sim.requests_for(aid) == []
+        else:
+            assert report.outcome is Outcome.DISPATCHED
+            assert report.record.status not in (Status.PENDING, Status.IN_FLIGHT)
+        STATS["submit"] += 1
+        return aid
+
+    @rule(aid=actions, same=st.booleans())
+    def submit_again(self, aid: str, same: bool) -> None:
+        rec = self.ledger.get(aid)
+        before = self._requests()
+        params = self.params[aid] if same else {**self.params[aid], "other": 1}
+        if same:
+            report = self.dispatcher.submit(rec.provider, rec.operation, params, action_id=aid)
+            assert report.outcome is not Outcome.DISPATCHED
+            assert report.record is not None and report.record.status is rec.status
+        else:
+            with pytest.raises(Conflict):
+                self.dispatcher.submit(rec.provider, rec.operation, params, action_id=aid)
+        assert self._requests() == before  # an existing id never sends
+        STATS["submit_again"] += 1
+
+    @rule(aid=actions)
+    def confirm(self, aid: str) -> None:
+        before = self._status(aid)
+        sent_before = self._requests()
+        report = self.dispatcher.confirm(aid)
+        expected = {
+            Status.CONFIRMED: Outcome.ALREADY_COMPLETED,
+            Status.FAILED: Outcome.ALREADY_COMPLETED,
+            Status.DENIED_UNRESOLVED: Outcome.BLOCKED,
+            Status.PENDING: Outcome.DISPATCHED,
+            Status.IN_FLIGHT: Outcome.IN_PROGRESS,
+            Status.AWAITING_VERIFICATION: Outcome.IN_PROGRESS,
+        }[before]
+        assert report.outcome is expected, (before, report.outcome)
+        if expected is not Outcome.DISPATCHED:
+            assert self._requests() == sent_before
+            assert self._status(aid) is before
+        STATS[f"confirm:{report.outcome}"] += 1
+
+    @rule()
+    def confirm_unknown(self) -> None:
+        assert self.dispatcher.confirm("no-such-action").outcome is Outcome.NOT_FOUND
+
+    @rule(aid=actions)
+    def retry(self, aid: str) -> None:
+        before = self.ledger.get(aid)
+        if before.status is not Status.FAILED:
+            sent = self._requests()
+            with pytest.raises(TransitionNotAllowed):
+                self.dispatcher.retry(aid)
+            assert self._requests() == sent and self._status(aid) is before.status
+            STATS["retry:refused"] += 1
+            return
+        report = self.dispatcher.retry(aid)
+        assert report.record is not None and report.record.attempt == before.attempt + 1
+        assert report.record.idempotency_key == f"{aid}:{before.attempt + 1}"
+        STATS["retry:dispatched"] += 1
+
+    def _some(self, status: str) -> bool:
+        return hasattr(self, "registry") and bool(self.ledger.query(statuses=[status], limit=1))
+
+    @precondition(lambda self: self._some("FAILED"))
+    @rule(data=st.data())
+    def retry_a_failed_one(self, data: st.DataObject) -> None:
+        ids = [r.action_id for r in self.ledger.query(statuses=["FAILED"])]
+        self.retry(data.draw(st.sampled_from(ids)))
+
+    @precondition(lambda self: self._some("PENDING"))
+    @rule(data=st.data())
+    def confirm_a_pending_one(self, data: st.DataObject) -> None:
+        ids = [r.action_id for r in self.ledger.query(statuses=["PENDING"])]
+        self.confirm(data.draw(st.sampled_from(ids)))
+
+    @rule(aid=actions, who=st.sampled_from(["alice", "bob"]))
+    def resolve(self, aid: str, who: str) -> None:
+        rec = self.ledger.get(aid)
+        applied = self.sim.effects_for(aid) > 0  # a truthful operator
+        allowed = rec.status is Status.DENIED_UNRESOLVED or (
+            rec.status is Status.AWAITING_VERIFICATION and rec.requires_manual_verification
+        )
+        if not allowed:
+            with pytest.raises(TransitionNotAllowed):
+                resolve(self.ledger, aid, applied=applied, reason="checked", by=who,
+                        now=self.clock.now())
+            STATS["resolve:refused"] += 1
+            return
+        done = resolve(self.ledger, aid, applied=applied, reason="checked by hand", by=who,
+                       now=self.clock.now(), evidence="ticket 1")
+        assert done.status is (Status.CONFIRMED if applied else Status.FAILED)
+        last = self.ledger.events(aid)[-1]
+        assert (last.kind, last.actor) == ("resolved", f"operator:{who}")
+        if applied:
+            assert done.confirmed_by == f"operator:{who}"
+        STATS["resolve:done"] += 1
+
+    @rule()
+    def reconcile_due(self) -> None:
+        report = self.reconciler.run_due()
+        STATS["reconcile_due"] += 1
+        STATS["reconcile_changes"] += len(report.changes)
+
+    @rule(aid=actions)
+    def reconcile_one(self, aid: str) -> None:
+        self.reconciler.run_ids([aid])
+        STATS["reconcile_ids"] += 1
+
+    @rule(seconds=st.sampled_from([0.1, 0.6, 1.5, 4.0, 30.0]))
+    def time_passes(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    @rule(aid=actions, where=st.sampled_from(["before_send", "after_send"]))
+    def crash_while_dispatching(self, aid: str, where: str) -> None:
+        if self._status(aid) is not Status.PENDING:
+            return
+        self.provider.mode = where
+        with pytest.raises(SimulatedCrash):
+            self.dispatcher.confirm(aid)
+        self.provider.mode = None
+        assert self._status(aid) is Status.IN_FLIGHT  # the claim stays, leased
+        STATS[f"crash:{where}"] += 1
+
+    @rule(target=actions, op=st.sampled_from(OPS), fault=st.sampled_from(FAULTS),
+          where=st.sampled_from(["before_send", "after_send"]))
+    def crash_on_submit(self, op: str, fault: str, where: str) -> str:
+        aid = self._new_id()
+        self.params[aid] = {"name": f"n-{aid}", "value": 0}
+        self.sim.plan(aid, fault)
+        self.provider.mode = where
+        with pytest.raises(SimulatedCrash):
+            self.dispatcher.submit("sim", op, self.params[aid], action_id=aid)
+        self.provider.mode = None
+        assert self._status(aid) is Status.IN_FLIGHT
+        assert len(self.sim.requests_for(aid)) == (1 if where == "after_send" else 0)
+        STATS[f"crash:{where}"] += 1
+        return aid
+
+    @rule()
+    def crash_while_reconciling(self) -> None:
+        self.provider.mode = "in_check"
+        try:
+            self.reconciler.run_due()
+        except SimulatedCrash:
+            STATS["crash:in_check"] += 1
+        finally:
+            self.provider.mode = None
+
+    @rule(target=actions, op=st.sampled_from(OPS), fault=st.sampled_from(FAULTS))
+    def lease_expires_during_send(self, op: str, fault: str) -> str:
+        """A dispatcher so slow that its lease expires and a reconciler takes the record
+        over while the request is still on its way; the late reply is still evidence."""
+        aid = self._new_id()
+        params = {"name": f"n-{aid}", "value": 0}
+        self.params[aid] = params
+        self.sim.plan(aid, fault)
+
+        def meanwhile() -> None:
+            self.clock.advance(60.0)
+            self.reconciler.run_due()
+            assert self._status(aid) is Status.DENIED_UNRESOLVED
+
+        self.provider.during_send = meanwhile
+        self.dispatcher.submit("sim", op, params, action_id=aid)
+        self.provider.during_send = None
+        STATS["late_outcome"] += 1
+        return aid
+
+    # ---------------------------------------------------------------- invariants
+    @invariant()
+    def ledger_agrees_with_ground_truth(self) -> None:
+        if hasattr(self, "sim"):
+            check(self.ledger, self.sim, ids=self.ids, dedupes=self.dedupe, final=False)
+            STATS["steps_checked"] += 1
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[dict[bool, SimServer]]:
+    with SimServer(hang=0.5, honour_keys=True) as on, SimServer(hang=0.5, honour_keys=False) as off:
+        yield {True: on, False: off}
+
+
+@pytest.mark.slow
+def test_random_interleavings_keep_the_invariants(servers: dict[bool, SimServer]) -> None:
+    STATS.clear()
+    with httpx.Client(trust_env=False) as client:
+        LedgerMachine.server = servers
+        LedgerMachine.client = client
+        run_state_machine_as_test(
+            LedgerMachine,
+            settings=settings(
+                max_examples=scaled(100),
+                stateful_step_count=30,
+                deadline=None,
+                derandomize=budget() <= 1,
+                database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+            ),
+        )
+    print("\nstateful figures:", dict(sorted(STATS.items())))
+    assert STATS["examples"] >= scaled(100)
+    assert STATS["steps_checked"] > 0
