@@ -35,7 +35,7 @@ from .errors import Conflict, LedgerBusy, LedgerError, NotFound
 from .model import ActionRecord, Event, Status, check_transition
 
 APPLICATION_ID = 0x53544C44  # "STLD": marks a file as a settled ledger
-SCHEMA_VERSION = 2  # == settled.migrations.LATEST (checked by a test)
+SCHEMA_VERSION = 3  # == settled.migrations.LATEST (checked by a test)
 DEFAULT_BUSY_TIMEOUT = 10.0
 SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -444,6 +444,22 @@ class Ledger:
                 [*values.values(), action_id, str(frm), owner],
             )
             return cur.rowcount == 1
+
+    def rivals(self, rec: ActionRecord, limit: int = 5) -> list[str]:
+        """Other actions that asked for the same change (same provider, operation and
+        params) and may have made it after ``rec``'s snapshot: sent, not proven never
+        sent, and not already observed before ``rec`` was dispatched. When an effect is
+        attributed by snapshot diff, any of them could explain it."""
+        rows = self._read_all(
+            "SELECT action_id FROM actions WHERE provider = ? AND operation = ?"
+            " AND params_hash = ? AND action_id != ? AND dispatched_at IS NOT NULL"
+            " AND NOT (status = 'FAILED' AND delivery = 'FAILED')"
+            " AND (confirmed_at IS NULL OR confirmed_at >= ?)"
+            " ORDER BY created_at LIMIT ?",
+            (rec.provider, rec.operation, rec.params_hash, rec.action_id,
+             rec.dispatched_at or "", limit),
+        )
+        return [r[0] for r in rows]
 
     def integrity_check(self) -> str:
         return str(self._read_one("PRAGMA integrity_check")[0])

@@ -121,9 +121,16 @@ def _m002_no_replace(db: sqlite_utils.Database) -> None:
     )
 
 
+def _m003_rivals_index(db: sqlite_utils.Database) -> None:
+    # Attribution by snapshot must find other actions asking for the same change
+    # (``Ledger.rivals``) without scanning the ledger.
+    db.execute("CREATE INDEX actions_same_change ON actions(provider, operation, params_hash)")
+
+
 MIGRATIONS: list[tuple[str, Step]] = [
     ("001_initial", _m001_initial),
     ("002_no_replace", _m002_no_replace),
+    ("003_rivals_index", _m003_rivals_index),
 ]
 
 LATEST = len(MIGRATIONS)

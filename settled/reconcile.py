@@ -350,6 +350,16 @@ class Reconciler:
                 f"{obs.detail or 'not applied'} — before the consistency window ends "
                 f"({rec.eligible_at}); not taken as proof", obs.evidence,
             )
+        if obs.seen is Seen.APPLIED and spec.snapshots and not spec.carries_key:
+            # Attributed by snapshot diff alone: another action asking for the same
+            # change could have made it, and the diff cannot tell which one did.
+            rivals = self.ledger.rivals(rec)
+            if rivals:
+                obs = Observation(
+                    Seen.AMBIGUOUS, obs.object_id,
+                    f"the change is there, but {', '.join(rivals)} asked for the same change; "
+                    "a snapshot diff cannot tell which action made it", obs.evidence,
+                )
         evidence = {"seen": str(obs.seen), "detail": obs.detail[:300], "check": rec.checks + 1,
                     **dict(obs.evidence)}
         if obs.seen is Seen.APPLIED:

@@ -58,7 +58,7 @@ def test_migrating_an_empty_database_gives_the_schema(tmp_path: Path) -> None:
         cols = [r[1] for r in led.conn.execute("PRAGMA table_info(actions)")]
     assert {"actions", "events", "_migrations"} <= tables
     assert triggers == {"events_no_update", "events_no_delete", "actions_no_delete", "events_no_replace", "actions_no_replace"}
-    assert {"actions_due", "actions_status", "events_action"} <= indexes
+    assert {"actions_due", "actions_status", "events_action", "actions_same_change"} <= indexes
     assert applied == [name for name, _ in migrations.MIGRATIONS]
     for field in ("action_id", "params_hash", "eligible_at", "idempotency_key", "next_check_at"):
         assert field in cols

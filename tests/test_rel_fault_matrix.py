@@ -137,11 +137,6 @@ def test_matrix_covers_every_fault_tier_and_dedupe() -> None:
     assert set(tiers) <= set(OPS)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limitation: a snapshot diff cannot tell which of two actions setting the "
-    "same value made the change, so a lost one is confirmed by the other's effect",
-)
 def test_two_sets_of_the_same_value_are_not_attributed_to_the_lost_one(
     servers: dict[bool, SimServer], tmp_path: Path
 ) -> None:
