@@ -432,18 +432,31 @@ class Ledger:
     ) -> bool:
         """Update scheduling fields of a record this caller holds the lease on, without
         a status change or an event (a check that found nothing new)."""
+        with self.write() as c:
+            return self.apply_schedule(c, action_id, frm=frm, owner=owner, values=values, at=at)
+
+    def apply_schedule(
+        self,
+        c: sqlite3.Connection,
+        action_id: str,
+        *,
+        frm: Status,
+        owner: str,
+        values: Mapping[str, Any],
+        at: str,
+    ) -> bool:
+        """``reschedule`` inside a write transaction the caller already holds."""
         values = dict(values)
         bad = set(values) - WRITABLE
         if bad:
             raise ValueError(f"not writable: {sorted(bad)}")
         values["updated_at"] = at
         sets = ", ".join(f"{k} = ?" for k in values)
-        with self.write() as c:
-            cur = c.execute(
-                f"UPDATE actions SET {sets} WHERE action_id = ? AND status = ? AND lease_owner = ?",
-                [*values.values(), action_id, str(frm), owner],
-            )
-            return cur.rowcount == 1
+        cur = c.execute(
+            f"UPDATE actions SET {sets} WHERE action_id = ? AND status = ? AND lease_owner = ?",
+            [*values.values(), action_id, str(frm), owner],
+        )
+        return cur.rowcount == 1
 
     def integrity_check(self) -> str:
         return str(self._read_one("PRAGMA integrity_check")[0])
