@@ -6,6 +6,12 @@ reconciler's lease and stamps ``lease_owner``: another reconciler's due scan no 
 sees the row, so two reconcilers never query the same row for the same due time. The
 result of each check is written under that lease.
 
+The results of a batch are committed together (group commit): one durable transaction
+per batch instead of one per row, flushed at the end of the batch or once the oldest
+unwritten result is ``flush_after`` seconds old, whichever comes first. Each write is
+still guarded by status and lease owner, and a result lost to a crash before its
+commit only means the row is checked again when the reconciler's lease runs out.
+
 - ``IN_FLIGHT`` past its lease: the dispatcher was lost → ``DENIED_UNRESOLVED``.
 - ``AWAITING_VERIFICATION``, partial tier: past the window, a person must verify.
 - queryable records: the query reads the real effect. Applied → ``CONFIRMED``;
@@ -16,6 +22,8 @@ result of each check is written under that lease.
 
 from __future__ import annotations
 
+import sqlite3
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -31,6 +39,7 @@ from .providers.base import Observation, OperationSpec, QueryTarget, Seen
 
 DEFAULT_BATCH = 200
 DEFAULT_LEASE = 60.0  # s a reconciler holds a row; at least 2 × the query timeout
+DEFAULT_FLUSH_AFTER = 0.2  # s an observed result may wait for its batch's commit
 
 
 @dataclass
@@ -86,6 +95,12 @@ class Reconciler:
     lease: float = DEFAULT_LEASE
     on_change: Callable[[Change], None] | None = None
     stop_requested: Callable[[], bool] = lambda: False
+    flush_after: float = DEFAULT_FLUSH_AFTER
+    _queued: list[Callable[[sqlite3.Connection], None]] = field(
+        default_factory=list, init=False, repr=False
+    )
+    _queued_since: float = field(default=0.0, init=False, repr=False)
+    _grouping: bool = field(default=False, init=False, repr=False)
 
     # ------------------------------------------------------------ passes
     def run_due(self, limit: int | None = None) -> PassReport:
@@ -101,9 +116,14 @@ class Reconciler:
                 break
             if not claimed:
                 break
-            for rec, owner in claimed:
-                report.examined += 1
-                self._check(rec, owner, report)
+            self._grouping = True
+            try:
+                for rec, owner in claimed:
+                    report.examined += 1
+                    self._check(rec, owner, report)
+            finally:
+                self._grouping = False
+                self._flush()
         return report
 
     def run_ids(self, action_ids: Iterable[str]) -> PassReport:
@@ -299,25 +319,33 @@ class Reconciler:
             values["reason"] = reason
         if obs.object_id:
             values["provider_object_id"] = obs.object_id
-        moved = self.ledger.transition(
-            rec.action_id, rec.status, to, actor=self.actor, kind="reconciled", at=at,
-            detail={**evidence, "reason": reason}, values=values, owner=owner,
-        )
-        if moved is not None:
-            self._note(report, Change(rec.action_id, str(rec.status), str(to), "reconciled", reason))
+
+        def write(c: sqlite3.Connection) -> None:
+            moved = self.ledger.apply(
+                c, rec.action_id, rec.status, to, actor=self.actor, kind="reconciled", at=at,
+                detail={**evidence, "reason": reason}, values=values, owner=owner,
+            )
+            if moved is not None:
+                self._note(report, Change(rec.action_id, str(rec.status), str(to), "reconciled",
+                                          reason))
+
+        self._write(write)
 
     def _to_unresolved(self, rec: ActionRecord, owner: str, now: datetime, why: str,
                        evidence: dict[str, Any], report: PassReport) -> None:
-        moved = self.ledger.transition(
-            rec.action_id, rec.status, Status.DENIED_UNRESOLVED, actor=self.actor,
-            kind="unresolved", at=to_text(now), detail={**evidence, "reason": why},
-            values={"lease_owner": None, "next_check_at": None, "reason": why,
-                    "checks": rec.checks + (1 if evidence else 0)},
-            owner=owner,
-        )
-        if moved is not None:
-            self._note(report, Change(rec.action_id, str(rec.status), "DENIED_UNRESOLVED",
-                                      "unresolved", why))
+        def write(c: sqlite3.Connection) -> None:
+            moved = self.ledger.apply(
+                c, rec.action_id, rec.status, Status.DENIED_UNRESOLVED, actor=self.actor,
+                kind="unresolved", at=to_text(now), detail={**evidence, "reason": why},
+                values={"lease_owner": None, "next_check_at": None, "reason": why,
+                        "checks": rec.checks + (1 if evidence else 0)},
+                owner=owner,
+            )
+            if moved is not None:
+                self._note(report, Change(rec.action_id, str(rec.status), "DENIED_UNRESOLVED",
+                                          "unresolved", why))
+
+        self._write(write)
 
     def _release(self, rec: ActionRecord, owner: str, now: datetime, nxt: datetime | None,
                  reason: str, report: PassReport, keep_schedule: bool = False) -> None:
@@ -327,10 +355,35 @@ class Reconciler:
         else:
             values["next_check_at"] = to_text(nxt)
             values["checks"] = rec.checks + 1
-        self.ledger.reschedule(rec.action_id, frm=rec.status, owner=owner, values=values,
-                               at=to_text(now))
-        report.skipped.append(Change(rec.action_id, str(rec.status), str(rec.status), "waiting",
-                                     reason, values["next_check_at"]))
+        def write(c: sqlite3.Connection) -> None:
+            self.ledger.apply_schedule(c, rec.action_id, frm=rec.status, owner=owner,
+                                       values=values, at=to_text(now))
+            report.skipped.append(Change(rec.action_id, str(rec.status), str(rec.status),
+                                         "waiting", reason, values["next_check_at"]))
+
+        self._write(write)
+
+    # ------------------------------------------------------------ group commit
+    def _write(self, fn: Callable[[sqlite3.Connection], None]) -> None:
+        """Run one guarded write now (``run_ids``), or queue it for the batch's commit."""
+        if not self._grouping:
+            with self.ledger.write() as c:
+                fn(c)
+            return
+        if not self._queued:
+            self._queued_since = time.monotonic()
+        self._queued.append(fn)
+        if time.monotonic() - self._queued_since >= self.flush_after:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Commit every queued write in one transaction."""
+        queued, self._queued = self._queued, []
+        if not queued:
+            return
+        with self.ledger.write() as c:
+            for fn in queued:
+                fn(c)
 
     def _note(self, report: PassReport, change: Change) -> None:
         report.changes.append(change)
