@@ -177,12 +177,12 @@ class Reconciler:
                 if rec.status is Status.IN_FLIGHT:
                     self._expire(c, rec, now, report)
                     continue
-                c.execute(
-                    "UPDATE actions SET lease_owner = ?, next_check_at = ? WHERE action_id = ?",
-                    (owner, until, rec.action_id),
-                )
                 rec.lease_owner = owner
                 out.append((rec, owner))
+            c.executemany(  # one statement for the batch's leases
+                "UPDATE actions SET lease_owner = ?, next_check_at = ? WHERE action_id = ?",
+                [(owner, until, rec.action_id) for rec, _ in out],
+            )
         return out
 
     def _lease_one(self, rec: ActionRecord, owner: str, now: datetime) -> ActionRecord | None:
