@@ -51,20 +51,22 @@ demo.register(app)
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: exit codes per DESIGN.md §2, never a traceback."""
-    import click
-
     from ..errors import SettledError
+
+    # Click's exception classes as Typer raises them: its own copy of Click (Typer ≥ 0.2x)
+    # or Click itself. Found through a public name, and without importing Click.
+    click = sys.modules[typer.BadParameter.__module__]
 
     debug = bool(os.environ.get("SETTLED_DEBUG"))
     try:
         rv = app(args=argv, standalone_mode=False, prog_name="settled")
-    except click.exceptions.UsageError as exc:
+    except click.UsageError as exc:
         exc.show()
         code = 2
-    except click.exceptions.Abort:
+    except typer.Abort:
         print("settled: aborted", file=sys.stderr)
         code = 130
-    except click.exceptions.ClickException as exc:
+    except click.ClickException as exc:
         exc.show()
         code = exc.exit_code
     except SettledError as exc:
