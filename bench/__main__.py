@@ -18,10 +18,11 @@ from .common import Row, durability_line, fmt, machine_line, median, tempdir
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
-# (ledger ops, http actions, per-process actions, sweep sizes, repeats, startup repeats)
-QUICK = {"ops": 300, "http": 200, "procs": 150, "sizes": [10_000, 100_000], "repeats": 3,
+# Sizes: operations per repeat for the ledger and dispatch rows, HTTP actions, actions per
+# process, ledger sizes for the sweep, repeats, and cold starts per command.
+QUICK = {"ops": 200, "http": 200, "procs": 150, "sizes": [10_000, 100_000], "repeats": 3,
          "startup": 7}
-FULL = {"ops": 2000, "http": 1000, "procs": 1000, "sizes": [10_000, 100_000, 1_000_000],
+FULL = {"ops": 1000, "http": 500, "procs": 500, "sizes": [10_000, 100_000, 1_000_000],
         "repeats": 5, "startup": 15}
 SUITES = ("ledger", "dispatch", "http", "concurrency", "sweep", "startup")
 
