@@ -133,7 +133,18 @@ def machine_line(durability: str) -> str:
 
 
 def rss_mb_self() -> float:
-    """Peak resident set of this process in MB (Linux reports ru_maxrss in KiB)."""
+    """Peak resident set of this process in MB.
+
+    Read from /proc (VmHWM), which belongs to this program alone: on Linux,
+    getrusage's ru_maxrss survives fork and exec, so a child started by a large
+    parent would report the parent's peak."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     import resource
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
