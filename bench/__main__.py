@@ -21,9 +21,9 @@ RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 # Sizes: operations per repeat for the ledger and dispatch rows, HTTP actions, actions per
 # process, ledger sizes for the sweep, repeats, and cold starts per command.
 QUICK = {"ops": 200, "http": 200, "procs": 150, "sizes": [10_000, 100_000], "repeats": 3,
-         "startup": 7}
+         "startup": 9}
 FULL = {"ops": 1000, "http": 500, "procs": 500, "sizes": [10_000, 100_000, 1_000_000],
-        "repeats": 5, "startup": 15}
+        "repeats": 5, "startup": 21}
 SUITES = ("ledger", "dispatch", "http", "concurrency", "sweep", "startup")
 
 
@@ -58,7 +58,7 @@ def _cells(row: Row) -> list[str]:
         " / ".join(row.ratio_text(v) for v in (rs[0], median(rs), rs[-1])) if rs else "-"
     )
     met = {True: "yes", False: "NO", None: ""}[row.met]
-    return [row.what, fmt(median(row.settled), row.unit), fmt(median(row.baseline), row.unit),
+    return [row.what, fmt(row.settled_figure, row.unit), fmt(row.baseline_figure, row.unit),
             row.baseline_name, row.ratio_text(), spread, row.target_text(), met, row.note]
 
 
@@ -89,7 +89,9 @@ def markdown(rows: list[Row], machine: str, mode: str, seconds: float) -> str:
         "",
         "Each row times settled and its baseline in the same run, interleaved in small "
         "chunks, and gives settled ÷ baseline (for memory, the difference). Ratios are "
-        "medians over the repeats; the machine is shared, so absolute figures drift "
+        "medians over the repeats (cold starts: best of each side, since noise only adds "
+        "time); min / med / max are the per-repeat ratios. The machine is shared, so "
+        "absolute figures drift "
         "between runs. Targets are what to approach, not assertions. The analysis of "
         "each target is in [docs/performance.md](../docs/performance.md).",
         "",

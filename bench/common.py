@@ -39,6 +39,7 @@ class Row:
     note: str = ""
     ratios: list[float] = field(default_factory=list)
     delta: bool = False  # compare settled - baseline (in the unit) instead of a ratio
+    best: bool = False  # headline from the best run of each side (cold starts), not medians
 
     def __post_init__(self) -> None:
         if not self.ratios:
@@ -50,7 +51,24 @@ class Row:
 
     @property
     def ratio(self) -> float:
+        if self.best and self.settled and self.baseline:
+            return self.settled_figure / self.baseline_figure
         return statistics.median(self.ratios) if self.ratios else float("nan")
+
+    def _figure(self, values: list[float]) -> float:
+        if not values:
+            return float("nan")
+        if self.best:
+            return max(values) if self.higher_is_better else min(values)
+        return statistics.median(values)
+
+    @property
+    def settled_figure(self) -> float:
+        return self._figure(self.settled)
+
+    @property
+    def baseline_figure(self) -> float:
+        return self._figure(self.baseline)
 
     @property
     def met(self) -> bool | None:
