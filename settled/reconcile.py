@@ -7,10 +7,11 @@ sees the row, so two reconcilers never query the same row for the same due time.
 result of each check is written under that lease.
 
 The results of a batch are committed together (group commit): one durable transaction
-per batch instead of one per row, flushed at the end of the batch or once the oldest
-unwritten result is ``flush_after`` seconds old, whichever comes first. Each write is
-still guarded by status and lease owner, and a result lost to a crash before its
-commit only means the row is checked again when the reconciler's lease runs out.
+per batch instead of one per row, at the end of the batch, or before the next check
+once the oldest unwritten result is ``flush_after`` seconds old (so slow queries do
+not hold results back). Each write is still guarded by status and lease owner, and a
+result lost to a crash before its commit only means the row is checked again when
+the reconciler's lease runs out.
 
 - ``IN_FLIGHT`` past its lease: the dispatcher was lost → ``DENIED_UNRESOLVED``.
 - ``AWAITING_VERIFICATION``, partial tier: past the window, a person must verify.
@@ -119,6 +120,8 @@ class Reconciler:
             self._grouping = True
             try:
                 for rec, owner in claimed:
+                    if self._queued and time.monotonic() - self._queued_since >= self.flush_after:
+                        self._flush()
                     report.examined += 1
                     self._check(rec, owner, report)
             finally:
@@ -373,8 +376,6 @@ class Reconciler:
         if not self._queued:
             self._queued_since = time.monotonic()
         self._queued.append(fn)
-        if time.monotonic() - self._queued_since >= self.flush_after:
-            self._flush()
 
     def _flush(self) -> None:
         """Commit every queued write in one transaction."""

@@ -148,3 +148,25 @@ def test_results_gathered_before_a_crash_in_the_batch_are_committed(db_path: Pat
         assert led.get("b").status == "AWAITING_VERIFICATION"  # still leased, checked later
         assert led.get("b").lease_owner is not None
         assert led.get("c").status == "AWAITING_VERIFICATION"
+
+
+def test_results_are_committed_before_a_slow_check_once_old_enough(db_path: Path) -> None:
+    """flush_after bounds how long an observed result waits for its batch's commit:
+    a later, slow query does not hold it back."""
+    seen_status: dict[str, str] = {}
+
+    class Slow(Scripted):
+        def query(self, target: QueryTarget) -> Observation:
+            if self.queries:  # by now, the previous check's result must be committed
+                with Ledger.open(db_path) as other:
+                    seen_status[self.queries[-1]] = other.get(self.queries[-1]).status
+            return super().query(target)
+
+    reg = Registry({}, source="test")
+    reg.add(Slow({"a": Seen.APPLIED, "b": Seen.APPLIED}))
+    clock = FakeClock()
+    with Ledger.open(db_path) as led:
+        _awaiting(led, ["a", "b"], clock)
+        Reconciler(led, reg, clock=clock, batch=10, flush_after=0.0).run_due()
+        assert list(seen_status.values()) == ["CONFIRMED"]
+        assert led.get("a").status == led.get("b").status == "CONFIRMED"
