@@ -6,6 +6,7 @@ absolute numbers drift with the machine and its neighbours, ratios much less.
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import shutil
@@ -39,7 +40,6 @@ class Row:
     note: str = ""
     ratios: list[float] = field(default_factory=list)
     delta: bool = False  # compare settled - baseline (in the unit) instead of a ratio
-    best: bool = False  # headline from the best run of each side (cold starts), not medians
 
     def __post_init__(self) -> None:
         if not self.ratios:
@@ -51,16 +51,10 @@ class Row:
 
     @property
     def ratio(self) -> float:
-        if self.best and self.settled and self.baseline:
-            return self.settled_figure / self.baseline_figure
         return statistics.median(self.ratios) if self.ratios else float("nan")
 
     def _figure(self, values: list[float]) -> float:
-        if not values:
-            return float("nan")
-        if self.best:
-            return max(values) if self.higher_is_better else min(values)
-        return statistics.median(values)
+        return statistics.median(values) if values else float("nan")
 
     @property
     def settled_figure(self) -> float:
@@ -85,7 +79,7 @@ class Row:
 
     def ratio_text(self, value: float | None = None) -> str:
         v = self.ratio if value is None else value
-        if v != v:
+        if math.isnan(v):
             return "-"
         return f"{v:+.1f} {self.unit}" if self.delta else f"{v:.2f}×"
 
@@ -95,7 +89,7 @@ def median(values: list[float]) -> float:
 
 
 def fmt(value: float, unit: str) -> str:
-    if value != value:  # NaN
+    if math.isnan(value):
         return "-"
     if unit in ("ms", "MB"):
         return f"{value:,.1f} {unit}"

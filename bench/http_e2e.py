@@ -7,6 +7,7 @@ and the server's Python do not share one interpreter lock."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -73,14 +74,14 @@ def dispatch_http(tmp: str, n: int, repeats: int) -> list[Row]:
             def base_op(i: int, r: int = r) -> None:
                 post(f"raw{r}-{i}", i)
 
-            def floor_op(i: int, r: int = r) -> None:
+            def floor_op(i: int, r: int = r, conn: sqlite3.Connection = conn) -> None:
                 aid = f"floor{r}-{i}"
                 raw_record(conn, aid)
                 raw_claim(conn, aid)
                 post(aid, i)
                 raw_outcome(conn, aid)
 
-            def settled_op(i: int, r: int = r) -> None:
+            def settled_op(i: int, r: int = r, d: Dispatcher = d) -> None:
                 rep = d.submit("sim", "book", {"to": "customer@example.com", "n": i},
                                action_id=f"s{r}-{i}")
                 assert rep.record is not None and rep.record.status == "CONFIRMED", rep

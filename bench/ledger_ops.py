@@ -8,9 +8,18 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable
+
 from .common import Row, remove_db
-from .fixtures import INSERT_ACTION, INSERT_EVENT, T0, bulk_insert, new_ledger
-from .fixtures import event_row, null_registry, pending_row
+from .fixtures import (
+    INSERT_ACTION,
+    INSERT_EVENT,
+    T0,
+    bulk_insert,
+    event_row,
+    new_ledger,
+    null_registry,
+    pending_row,
+)
 
 LEASE = "2026-01-01T00:01:00.000000Z"
 

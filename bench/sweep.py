@@ -18,8 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from .common import Row, remove_db
-from .fixtures import INSERT_ACTION, INSERT_EVENT, PAST, T0, awaiting_row, confirmed_row
-from .fixtures import event_row, new_ledger
+from .fixtures import (
+    INSERT_ACTION,
+    INSERT_EVENT,
+    PAST,
+    T0,
+    awaiting_row,
+    confirmed_row,
+    event_row,
+    new_ledger,
+)
 from .ledger_ops import raw_conn
 
 ROOT = str(Path(__file__).resolve().parent.parent)
