@@ -23,7 +23,7 @@ def loaded_after(code: str, *names: str, env: dict[str, str] | None = None,
         " if m in sys.modules]), file=sys.stderr))\n" + code
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         timeout=60, env=env)
+                         timeout=60, env=env, check=False)
     line = [x for x in out.stderr.splitlines() if x.startswith("LOADED=")]
     assert line, out.stderr
     assert expect_out in out.stdout, out.stderr
