@@ -4,33 +4,70 @@ It never reports done unless some layer observed the effect, never sends an acti
 twice, and shows whatever nobody can know as unresolved, with the reason.
 """
 
-from .clock import Clock, FakeClock
-from .config import Config
-from .dispatch import Dispatcher, DispatchSettings, Outcome, Report, Result, classify
-from .errors import (
-    ConfigError,
-    Conflict,
-    LedgerBusy,
-    LedgerError,
-    NotFound,
-    SettledError,
-    TransitionNotAllowed,
-    UnknownProvider,
-    UsageError,
-)
-from .ledger import Ledger
-from .model import (
-    TRANSITIONS,
-    Acceptance,
-    ActionRecord,
-    Delivery,
-    DispatchStrategy,
-    Event,
-    Status,
-    Tier,
-    build_strategy,
-)
-from .reconcile import PassReport, Reconciler
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Names are loaded on first use (PEP 562), so that `import settled.cli` and a
+# command like `settled show ID --json` load only the modules they need.
+_WHERE = {
+    "Clock": "clock", "FakeClock": "clock",
+    "Config": "config",
+    "Dispatcher": "dispatch", "DispatchSettings": "dispatch", "Outcome": "dispatch",
+    "Report": "dispatch", "Result": "dispatch", "classify": "dispatch",
+    "ConfigError": "errors", "Conflict": "errors", "LedgerBusy": "errors",
+    "LedgerError": "errors", "NotFound": "errors", "SettledError": "errors",
+    "TransitionNotAllowed": "errors", "UnknownProvider": "errors", "UsageError": "errors",
+    "Ledger": "ledger",
+    "TRANSITIONS": "model", "Acceptance": "model", "ActionRecord": "model",
+    "Delivery": "model", "DispatchStrategy": "model", "Event": "model", "Status": "model",
+    "Tier": "model", "build_strategy": "model",
+    "PassReport": "reconcile", "Reconciler": "reconcile",
+}  # fmt: skip
+
+if TYPE_CHECKING:
+    from .clock import Clock, FakeClock
+    from .config import Config
+    from .dispatch import Dispatcher, DispatchSettings, Outcome, Report, Result, classify
+    from .errors import (
+        ConfigError,
+        Conflict,
+        LedgerBusy,
+        LedgerError,
+        NotFound,
+        SettledError,
+        TransitionNotAllowed,
+        UnknownProvider,
+        UsageError,
+    )
+    from .ledger import Ledger
+    from .model import (
+        TRANSITIONS,
+        Acceptance,
+        ActionRecord,
+        Delivery,
+        DispatchStrategy,
+        Event,
+        Status,
+        Tier,
+        build_strategy,
+    )
+    from .reconcile import PassReport, Reconciler
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'settled' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __version__ = "0.1.0"
 

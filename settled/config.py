@@ -7,7 +7,6 @@ sections are checked by their provider type when the registry builds them.
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +60,8 @@ def load(path: str | None) -> Config:
         raise ConfigError(f"{path}: config file not found (check --config / SETTLED_CONFIG)") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
+    import tomllib  # only when there is a file to read
+
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:

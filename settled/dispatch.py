@@ -20,6 +20,7 @@ from .clock import Clock, from_text, plus, to_text
 from .errors import LedgerBusy, NotFound, TransitionNotAllowed, UsageError
 from .ledger import Ledger
 from .model import (
+    EXIT_BY_STATUS,
     Acceptance,
     ActionRecord,
     Delivery,
@@ -62,14 +63,6 @@ RESULT_BY_STATUS = {
     Status.DENIED_UNRESOLVED: Result.UNRESOLVED,
 }
 
-EXIT_BY_STATUS = {
-    Status.CONFIRMED: 0,
-    Status.PENDING: 3,
-    Status.IN_FLIGHT: 3,
-    Status.AWAITING_VERIFICATION: 3,
-    Status.DENIED_UNRESOLVED: 4,
-    Status.FAILED: 5,
-}
 
 
 @dataclass

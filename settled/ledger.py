@@ -38,6 +38,7 @@ APPLICATION_ID = 0x53544C44  # "STLD": marks a file as a settled ledger
 SCHEMA_VERSION = 3  # == settled.migrations.LATEST (checked by a test)
 DEFAULT_BUSY_TIMEOUT = 10.0
 SQLITE_HEADER = b"SQLite format 3\x00"
+HAS_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)  # UPDATE … RETURNING
 
 # Columns a transition may set. Names never come from user input, and this list
 # keeps it that way.
@@ -417,10 +418,17 @@ class Ledger:
         if guard_next_check is not None:
             sql += " AND next_check_at = ?"
             args.append(guard_next_check)
-        if c.execute(sql, args).rowcount != 1:
-            return None
-        row = self._get_row(action_id)
-        assert row is not None
+        if HAS_RETURNING:  # the new row in the same statement: no SELECT after the UPDATE
+            cur = c.execute(sql + " RETURNING *", args)
+            found = cur.fetchall()  # at most one row (action_id is the key); ends the statement
+            if not found:
+                return None
+            row = dict(zip([d[0] for d in cur.description], found[0], strict=True))
+        else:
+            if c.execute(sql, args).rowcount != 1:
+                return None
+            row = self._get_row(action_id)
+            assert row is not None
         self._append_event(
             action_id, at, actor, kind, str(frm), str(to), row["attempt"], detail or {}
         )
@@ -432,18 +440,31 @@ class Ledger:
     ) -> bool:
         """Update scheduling fields of a record this caller holds the lease on, without
         a status change or an event (a check that found nothing new)."""
+        with self.write() as c:
+            return self.apply_schedule(c, action_id, frm=frm, owner=owner, values=values, at=at)
+
+    def apply_schedule(
+        self,
+        c: sqlite3.Connection,
+        action_id: str,
+        *,
+        frm: Status,
+        owner: str,
+        values: Mapping[str, Any],
+        at: str,
+    ) -> bool:
+        """``reschedule`` inside a write transaction the caller already holds."""
         values = dict(values)
         bad = set(values) - WRITABLE
         if bad:
             raise ValueError(f"not writable: {sorted(bad)}")
         values["updated_at"] = at
         sets = ", ".join(f"{k} = ?" for k in values)
-        with self.write() as c:
-            cur = c.execute(
-                f"UPDATE actions SET {sets} WHERE action_id = ? AND status = ? AND lease_owner = ?",
-                [*values.values(), action_id, str(frm), owner],
-            )
-            return cur.rowcount == 1
+        cur = c.execute(
+            f"UPDATE actions SET {sets} WHERE action_id = ? AND status = ? AND lease_owner = ?",
+            [*values.values(), action_id, str(frm), owner],
+        )
+        return cur.rowcount == 1
 
     def rivals(self, rec: ActionRecord, limit: int = 5) -> list[str]:
         """Other actions that asked for the same change (same provider, operation and

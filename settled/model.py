@@ -52,6 +52,15 @@ class Acceptance(StrEnum):
 
 
 TERMINAL = frozenset({Status.CONFIRMED, Status.FAILED})
+# The exit code that reports a record in each status (DESIGN.md §2).
+EXIT_BY_STATUS = {
+    Status.CONFIRMED: 0,
+    Status.PENDING: 3,
+    Status.IN_FLIGHT: 3,
+    Status.AWAITING_VERIFICATION: 3,
+    Status.DENIED_UNRESOLVED: 4,
+    Status.FAILED: 5,
+}
 PENDING_LIKE = frozenset({Status.PENDING, Status.IN_FLIGHT, Status.AWAITING_VERIFICATION})
 
 # The one table of allowed moves. A move to the same status records new evidence

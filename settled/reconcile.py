@@ -7,6 +7,13 @@ another reconciler's due scan no longer sees the row, so two reconcilers never q
 the same row for the same due time. The result of each check is written under that
 lease; a reconciler that dies leaves rows that fall due again when the lease ends.
 
+The results of a batch are committed together (group commit): one durable transaction
+per batch instead of one per row, at the end of the batch, or before the next check
+once the oldest unwritten result is ``flush_after`` seconds old (so slow queries do
+not hold results back). Each write is still guarded by status and lease owner, and a
+result lost to a crash before its commit only means the row is checked again when
+the reconciler's lease runs out.
+
 - ``IN_FLIGHT`` past its lease: the dispatcher was lost → ``DENIED_UNRESOLVED``.
 - ``AWAITING_VERIFICATION``, partial tier: past the window, a person must verify.
 - queryable records: the query reads the real effect. Applied → ``CONFIRMED``;
@@ -18,6 +25,8 @@ lease; a reconciler that dies leaves rows that fall due again when the lease end
 
 from __future__ import annotations
 
+import sqlite3
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -33,6 +42,7 @@ from .providers.base import Observation, OperationSpec, QueryTarget, Seen
 
 DEFAULT_BATCH = 200
 DEFAULT_LEASE = 60.0  # s a reconciler holds a row; at least 2 × the query timeout
+DEFAULT_FLUSH_AFTER = 0.2  # s an observed result may wait for its batch's commit
 
 
 @dataclass
@@ -96,6 +106,12 @@ class Reconciler:
     lease: float = DEFAULT_LEASE
     on_change: Callable[[Change], None] | None = None
     stop_requested: Callable[[], bool] = lambda: False
+    flush_after: float = DEFAULT_FLUSH_AFTER
+    _queued: list[Callable[[sqlite3.Connection], None]] = field(
+        default_factory=list, init=False, repr=False
+    )
+    _queued_since: float = field(default=0.0, init=False, repr=False)
+    _grouping: bool = field(default=False, init=False, repr=False)
 
     # ------------------------------------------------------------ passes
     def run_due(self, limit: int | None = None) -> PassReport:
@@ -119,13 +135,21 @@ class Reconciler:
             selected, claimed = self._claim_batch(size, cutoff, report)
             if not selected:
                 break
-            for i, (rec, owner) in enumerate(claimed):
-                if self.stop_requested():
-                    report.stopped = True
-                    self._hand_back(claimed[i:])
-                    break
-                report.examined += 1
-                self._check(rec, owner, report)
+            self._grouping = True
+            try:
+                for i, (rec, owner) in enumerate(claimed):
+                    if self.stop_requested():
+                        report.stopped = True
+                        self._flush()
+                        self._hand_back(claimed[i:])
+                        break
+                    if self._queued and time.monotonic() - self._queued_since >= self.flush_after:
+                        self._flush()
+                    report.examined += 1
+                    self._check(rec, owner, report)
+            finally:
+                self._grouping = False
+                self._flush()
             if report.stopped:
                 break
         return report
@@ -216,12 +240,12 @@ class Reconciler:
                     report.examined += 1
                     self._expire(c, rec, now, report)
                     continue
-                c.execute(
-                    "UPDATE actions SET lease_owner = ?, next_check_at = ? WHERE action_id = ?",
-                    (owner, until, rec.action_id),
-                )
                 rec.lease_owner = owner  # rec.next_check_at keeps the due time, for _hand_back
                 out.append((rec, owner))
+            c.executemany(  # one statement for the batch's leases
+                "UPDATE actions SET lease_owner = ?, next_check_at = ? WHERE action_id = ?",
+                [(owner, until, rec.action_id) for rec, _ in out],
+            )
         return len(rows), out
 
     def _hand_back(self, held: list[tuple[ActionRecord, str]]) -> None:
@@ -408,26 +432,33 @@ class Reconciler:
             values["reason"] = reason
         if obs.object_id:
             values["provider_object_id"] = obs.object_id
-        moved = self.ledger.transition(
-            rec.action_id, rec.status, to, actor=self.actor, kind="reconciled", at=at,
-            detail={**evidence, "reason": reason}, values=values, owner=owner,
-        )
-        if moved is not None:
-            self._note(report, Change(rec.action_id, str(rec.status), str(to), "reconciled", reason,
-                                      None, at))
+
+        def write(c: sqlite3.Connection) -> None:
+            moved = self.ledger.apply(
+                c, rec.action_id, rec.status, to, actor=self.actor, kind="reconciled", at=at,
+                detail={**evidence, "reason": reason}, values=values, owner=owner,
+            )
+            if moved is not None:
+                self._note(report, Change(rec.action_id, str(rec.status), str(to), "reconciled",
+                                          reason, None, at))
+
+        self._write(write)
 
     def _to_unresolved(self, rec: ActionRecord, owner: str, now: datetime, why: str,
                        evidence: dict[str, Any], report: PassReport) -> None:
-        moved = self.ledger.transition(
-            rec.action_id, rec.status, Status.DENIED_UNRESOLVED, actor=self.actor,
-            kind="unresolved", at=to_text(now), detail={**evidence, "reason": why},
-            values={"lease_owner": None, "next_check_at": None, "reason": why,
-                    "checks": rec.checks + (1 if evidence else 0)},
-            owner=owner,
-        )
-        if moved is not None:
-            self._note(report, Change(rec.action_id, str(rec.status), "DENIED_UNRESOLVED",
-                                      "unresolved", why, None, to_text(now)))
+        def write(c: sqlite3.Connection) -> None:
+            moved = self.ledger.apply(
+                c, rec.action_id, rec.status, Status.DENIED_UNRESOLVED, actor=self.actor,
+                kind="unresolved", at=to_text(now), detail={**evidence, "reason": why},
+                values={"lease_owner": None, "next_check_at": None, "reason": why,
+                        "checks": rec.checks + (1 if evidence else 0)},
+                owner=owner,
+            )
+            if moved is not None:
+                self._note(report, Change(rec.action_id, str(rec.status), "DENIED_UNRESOLVED",
+                                          "unresolved", why, None, to_text(now)))
+
+        self._write(write)
 
     def _release(self, rec: ActionRecord, owner: str, now: datetime, nxt: datetime | None,
                  reason: str, report: PassReport, keep_schedule: bool = False,
@@ -438,10 +469,33 @@ class Reconciler:
         else:
             values["next_check_at"] = to_text(nxt)
             values["checks"] = rec.checks + 1
-        self.ledger.reschedule(rec.action_id, frm=rec.status, owner=owner, values=values,
-                               at=to_text(now))
-        report.skipped.append(Change(rec.action_id, str(rec.status), str(rec.status), "waiting",
-                                     reason, values["next_check_at"], to_text(now)))
+        def write(c: sqlite3.Connection) -> None:
+            self.ledger.apply_schedule(c, rec.action_id, frm=rec.status, owner=owner,
+                                       values=values, at=to_text(now))
+            report.skipped.append(Change(rec.action_id, str(rec.status), str(rec.status),
+                                         "waiting", reason, values["next_check_at"], to_text(now)))
+
+        self._write(write)
+
+    # ------------------------------------------------------------ group commit
+    def _write(self, fn: Callable[[sqlite3.Connection], None]) -> None:
+        """Run one guarded write now (``run_ids``), or queue it for the batch's commit."""
+        if not self._grouping:
+            with self.ledger.write() as c:
+                fn(c)
+            return
+        if not self._queued:
+            self._queued_since = time.monotonic()
+        self._queued.append(fn)
+
+    def _flush(self) -> None:
+        """Commit every queued write in one transaction."""
+        queued, self._queued = self._queued, []
+        if not queued:
+            return
+        with self.ledger.write() as c:
+            for fn in queued:
+                fn(c)
 
     def _note(self, report: PassReport, change: Change) -> None:
         if change.at is None:

@@ -284,7 +284,8 @@ def test_a_ledger_from_before_the_replace_guard_is_upgraded(populated: Path) -> 
     try:  # make it look like a ledger written before migration 002
         conn.execute("DROP TRIGGER events_no_replace")
         conn.execute("DROP TRIGGER actions_no_replace")
-        conn.execute("DELETE FROM _migrations WHERE name = '002_no_replace'")
+        conn.execute("DROP INDEX actions_same_change")
+        conn.execute("DELETE FROM _migrations WHERE name IN ('002_no_replace', '003_rivals_index')")
         conn.execute("PRAGMA user_version = 1")
     finally:
         conn.close()

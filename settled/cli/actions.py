@@ -233,7 +233,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="The record and its events as JSON."),
     ) -> None:
         """Show one action and its full event timeline."""
-        from ..dispatch import EXIT_BY_STATUS
+        from ..model import EXIT_BY_STATUS
 
         check_id(action_id)
         ledger = STATE.ledger()

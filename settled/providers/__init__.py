@@ -53,11 +53,57 @@ def find_factory(type_name: str, where: str = "config") -> Factory:
 
 
 def make_client() -> httpx.Client:
-    """One client per process (creating one costs ~20 ms); TLS verification on;
-    redirects not followed (a redirect is not an answer about the effect)."""
+    """One client per process; TLS verification on; redirects not followed (a
+    redirect is not an answer about the effect).
+
+    Loading the CA bundle is most of what creating a client costs (20-40 ms), and a
+    command that only talks plain ``http://`` (the sim, a local service) never needs
+    it: the transport loads it on the first ``https://`` request, with verification
+    on as always."""
     import httpx
 
-    return httpx.Client(follow_redirects=False, trust_env=False)
+    return httpx.Client(follow_redirects=False, trust_env=False, transport=_transport())
+
+
+def _transport() -> httpx.BaseTransport:
+    import ssl
+    import threading
+
+    import httpx
+
+    class LazyTLSTransport(httpx.BaseTransport):
+        """``https://`` through a default (verifying) transport made on first use;
+        ``http://`` through one whose TLS context holds no CA and is never used."""
+
+        def __init__(self) -> None:
+            self._lock = threading.Lock()
+            self._tls: httpx.HTTPTransport | None = None
+            self._plain: httpx.HTTPTransport | None = None
+
+        def for_scheme(self, scheme: str) -> httpx.HTTPTransport:
+            with self._lock:
+                if scheme == "https":
+                    if self._tls is None:
+                        self._tls = httpx.HTTPTransport(verify=True, trust_env=False)
+                    return self._tls
+                if self._plain is None:
+                    # Verifying and empty: were it ever used for TLS, it would refuse.
+                    self._plain = httpx.HTTPTransport(
+                        verify=ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), trust_env=False
+                    )
+                return self._plain
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            return self.for_scheme(request.url.scheme).handle_request(request)
+
+        def close(self) -> None:
+            with self._lock:
+                for t in (self._tls, self._plain):
+                    if t is not None:
+                        t.close()
+                self._tls = self._plain = None
+
+    return LazyTLSTransport()
 
 
 class Registry:

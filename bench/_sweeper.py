@@ -1,0 +1,37 @@
+"""Sweep a ledger in a fresh process and report its peak memory
+(``python -m bench._sweeper LEDGER BATCH``): what a daemon's pass costs in RSS."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from .common import rss_mb_self
+
+
+def main() -> int:
+    path, batch = sys.argv[1], int(sys.argv[2])
+    from settled.ledger import Ledger
+    from settled.reconcile import Reconciler
+
+    from .fixtures import null_registry
+
+    before = rss_mb_self()
+    settled = 0
+    with Ledger.open(path) as led:
+        rec = Reconciler(led, null_registry(), batch=batch, actor="bench-daemon")
+        t = time.perf_counter()
+        while True:  # a daemon's ticks: bounded passes until nothing is due
+            report = rec.run_due(limit=batch * 10)
+            settled += len(report.changes)
+            if not report.examined:
+                break
+        dt = time.perf_counter() - t
+    print(json.dumps({"rss_before": before, "rss_peak": rss_mb_self(), "settled": settled,
+                      "seconds": dt}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
