@@ -112,13 +112,10 @@ def _wait(record: Any, timeout: float) -> Any:
 
     from ..clock import Clock, from_text
     from ..model import Status
-    from ..reconcile import Reconciler
 
     clock = Clock()
-    cfg = STATE.config()
     ledger = STATE.ledger()
-    rec_ = Reconciler(ledger, STATE.registry(), clock=clock, actor="wait",
-                      batch=cfg.reconcile_batch, lease=cfg.reconcile_lease)
+    rec_ = STATE.reconciler(clock=clock, actor="wait")
     deadline = time.monotonic() + timeout
     rec = record
     while True:
@@ -179,19 +176,11 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the record as JSON."),
     ) -> None:
         """Record an action and dispatch it (exit code = its status)."""
-        from ..dispatch import Dispatcher, DispatchSettings
-
         values = parse_params(params)
         if action_id is not None:
             check_id(action_id)
         _check_wait_timeout(wait_timeout)
-        cfg = STATE.config()
-        d = Dispatcher(
-            STATE.ledger(),
-            STATE.registry(),
-            settings=DispatchSettings(lease_grace=cfg.lease_grace, backoff=cfg.backoff),
-            actor="dispatch",
-        )
+        d = STATE.dispatcher(actor="dispatch")
         report = d.submit(
             provider, operation, values, action_id=action_id, needs_confirmation=needs_confirmation
         )
@@ -209,17 +198,11 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
     ) -> None:
         """Confirm a recorded action: dispatches it at most once, however many confirm."""
-        from ..dispatch import Dispatcher, DispatchSettings, Outcome
+        from ..dispatch import Outcome
 
         check_id(action_id)
         _check_wait_timeout(wait_timeout)
-        cfg = STATE.config()
-        d = Dispatcher(
-            STATE.ledger(),
-            STATE.registry(),
-            settings=DispatchSettings(lease_grace=cfg.lease_grace, backoff=cfg.backoff),
-            actor="confirm",
-        )
+        d = STATE.dispatcher(actor="confirm")
         report = d.confirm(action_id)
         if wait and report.outcome in (Outcome.DISPATCHED, Outcome.IN_PROGRESS) and report.record:
             before = report.record.status

@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..config import Config
+    from ..dispatch import Dispatcher
     from ..ledger import Ledger
     from ..providers import Registry
+    from ..reconcile import Reconciler
 
 
 def one_line(text: str) -> str:
@@ -54,6 +56,24 @@ class State:
             cfg = self.config()
             self._registry = Registry(cfg.providers, source=cfg.source)
         return self._registry
+
+    def dispatcher(self, actor: str) -> Dispatcher:
+        """The dispatcher every sending command uses, configured from settled.toml."""
+        from ..dispatch import Dispatcher, DispatchSettings
+
+        cfg = self.config()
+        settings = DispatchSettings(lease_grace=cfg.lease_grace, backoff=cfg.backoff)
+        return Dispatcher(self.ledger(), self.registry(), settings=settings, actor=actor)
+
+    def reconciler(self, **kw: Any) -> Reconciler:
+        """The reconciler every verifying command uses, configured from settled.toml."""
+        from ..reconcile import Reconciler
+
+        cfg = self.config()
+        return Reconciler(
+            self.ledger(), self.registry(), batch=cfg.reconcile_batch, lease=cfg.reconcile_lease,
+            **kw,
+        )
 
     def close(self) -> None:
         if self._registry is not None:

@@ -21,15 +21,6 @@ is checked.
 """
 
 
-def reconciler(**kw: Any) -> Any:
-    from ..reconcile import Reconciler
-
-    cfg = STATE.config()
-    return Reconciler(
-        STATE.ledger(), STATE.registry(), batch=cfg.reconcile_batch, lease=cfg.reconcile_lease, **kw
-    )
-
-
 def render_pass(report: Any) -> None:
     con = console()
     for ch in report.changes:
@@ -84,7 +75,7 @@ def register(app: typer.Typer) -> None:
             raise click.UsageError("give ACTION_IDs to check, or --due for a pass over what is due")
         if limit is not None and not due:
             raise click.UsageError("--limit applies to --due only")
-        r = reconciler()
+        r = STATE.reconciler()
         report = r.run_due(limit) if due else r.run_ids(ids)
         if as_json:
             emit_json(report.to_json())
@@ -152,15 +143,8 @@ def register(app: typer.Typer) -> None:
         apply. From DENIED_UNRESOLVED it is refused (exit 7): run `settled reconcile`
         or `settled resolve` first. Exit code: the new attempt's status, as dispatch.
         """
-        from ..dispatch import Dispatcher, DispatchSettings
         from .actions import _report_out, check_id
 
         check_id(action_id)
-        cfg = STATE.config()
-        d = Dispatcher(
-            STATE.ledger(),
-            STATE.registry(),
-            settings=DispatchSettings(lease_grace=cfg.lease_grace, backoff=cfg.backoff),
-            actor="retry",
-        )
+        d = STATE.dispatcher(actor="retry")
         raise typer.Exit(_report_out(d.retry(action_id), as_json))
