@@ -230,7 +230,8 @@ def answer(spec: OperationSpec) -> list[Answer]:
         q5 = Answer(
             "q5",
             "yes",
-            f"{spec.attempts} tries in the dispatcher; ambiguous sends repeat with the same key, which the provider deduplicates",
+            f"{spec.attempts} tries in the dispatcher; ambiguous sends repeat with the same key, "
+            "which the provider deduplicates",
         )
     else:
         q5 = Answer(

@@ -46,7 +46,9 @@ def default_config_path() -> str | None:
 
 
 def default_db_path() -> str:
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "share"
+    )
     return os.path.join(base, "settled", "settled.db")
 
 
@@ -57,7 +59,9 @@ def load(path: str | None) -> Config:
     try:
         raw = p.read_bytes()
     except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found (check --config / SETTLED_CONFIG)") from None
+        raise ConfigError(
+            f"{path}: config file not found (check --config / SETTLED_CONFIG)"
+        ) from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
     import tomllib  # only when there is a file to read
@@ -79,7 +83,9 @@ def _number(cfg: Config, key: str, value: Any, *, minimum: float = 0.0) -> float
     return float(value)
 
 
-def from_dict(data: dict[str, Any], *, source: str | None = None, base: Path | None = None) -> Config:
+def from_dict(
+    data: dict[str, Any], *, source: str | None = None, base: Path | None = None
+) -> Config:
     cfg = Config(source=source)
     unknown = set(data) - TOP_KEYS
     if unknown:
@@ -129,8 +135,8 @@ def from_dict(data: dict[str, Any], *, source: str | None = None, base: Path | N
             raise ConfigError(f"{cfg.where('providers.' + name)} must be a table")
         if "type" not in conf:
             raise ConfigError(
-                f"{cfg.where('providers.' + name + '.type')}: missing; set type = \"http\", "
-                "\"caldav\", \"sim\" or an installed plug-in's name"
+                f'{cfg.where("providers." + name + ".type")}: missing; set type = "http", '
+                '"caldav", "sim" or an installed plug-in\'s name'
             )
         cfg.providers[name] = dict(conf)
     return cfg

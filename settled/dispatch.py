@@ -419,7 +419,9 @@ class Dispatcher:
         return current
 
     def _backoff_total(self, attempts: int) -> float:
-        return sum(min(self.settings.backoff * 2**i, 2.0) for i in range(max(0, attempts - 1)))
+        return float(
+            sum(min(self.settings.backoff * 2**i, 2.0) for i in range(max(0, attempts - 1)))
+        )
 
 
 def _outcome(
@@ -494,7 +496,7 @@ def _outcome(
     why = f"outcome unknown{code}: {wire.detail[:200]}".rstrip(": ")
     if not spec.dedupes_keys:
         why += "; not repeated because the provider does not deduplicate keys"
-    if spec.queryable and not spec.tier is Tier.PARTIAL:
+    if spec.queryable and spec.tier is not Tier.PARTIAL:
         verify_from(rec.eligible_at)
         values["reason"] = why + "; reconciliation will query the provider"
     else:

@@ -172,11 +172,8 @@ class Ledger:
         if version < SCHEMA_VERSION:
             from . import migrations
 
-            def begin() -> None:
-                self._begin_immediate()
-
-            migrations.migrate(c, begin)
-            self._retry(lambda: self._set_app_id())
+            migrations.migrate(c, self._begin_immediate)
+            self._retry(self._set_app_id)
         elif version > SCHEMA_VERSION:
             raise LedgerError(
                 f"{self.path} was written by a newer settled (schema {version} > "
@@ -234,7 +231,8 @@ class Ledger:
         return self._retry(lambda: self.conn.execute(sql, args).fetchone())
 
     def _read_all(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
-        return self._retry(lambda: self.conn.execute(sql, args).fetchall())
+        rows: list[Any] = self._retry(lambda: self.conn.execute(sql, args).fetchall())
+        return rows
 
     # ------------------------------------------------------------ events
     def _append_event(
@@ -324,7 +322,13 @@ class Ledger:
             " FROM events WHERE action_id = ? ORDER BY id",
             (action_id,),
         )
-        return [Event(*r[:8], json.loads(r[8])) for r in rows]
+        return [
+            Event(
+                id=r[0], action_id=r[1], at=r[2], actor=r[3], kind=r[4], from_status=r[5],
+                to_status=r[6], attempt=r[7], detail=json.loads(r[8]),
+            )
+            for r in rows
+        ]
 
     def query(
         self,
@@ -336,7 +340,8 @@ class Ledger:
     ) -> list[ActionRecord]:
         """Records filtered by status/provider/age, oldest first. Values are bound
         parameters, never spliced into SQL."""
-        where, args = [], []  # type: ignore[var-annotated]
+        where: list[str] = []
+        args: list[Any] = []
         if statuses:
             where.append(f"status IN ({', '.join('?' * len(statuses))})")
             args.extend(statuses)
@@ -423,12 +428,14 @@ class Ledger:
             found = cur.fetchall()  # at most one row (action_id is the key); ends the statement
             if not found:
                 return None
-            row = dict(zip([d[0] for d in cur.description], found[0], strict=True))
+            row: dict[str, Any] | None = dict(
+                zip([d[0] for d in cur.description], found[0], strict=True)
+            )
         else:
             if c.execute(sql, args).rowcount != 1:
                 return None
             row = self._get_row(action_id)
-            assert row is not None
+        assert row is not None
         self._append_event(
             action_id, at, actor, kind, str(frm), str(to), row["attempt"], detail or {}
         )

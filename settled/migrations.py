@@ -17,7 +17,7 @@ Step = Callable[[sqlite_utils.Database], None]
 
 
 def _m001_initial(db: sqlite_utils.Database) -> None:
-    db["actions"].create(
+    db.table("actions").create(
         {
             "action_id": str,
             "provider": str,
@@ -72,11 +72,9 @@ def _m001_initial(db: sqlite_utils.Database) -> None:
     )
     # "Due for reconciliation" is a range scan over rows that still have a check time;
     # terminal rows drop out of the index entirely.
-    db.execute(
-        "CREATE INDEX actions_due ON actions(next_check_at) WHERE next_check_at IS NOT NULL"
-    )
+    db.execute("CREATE INDEX actions_due ON actions(next_check_at) WHERE next_check_at IS NOT NULL")
     db.execute("CREATE INDEX actions_status ON actions(status, created_at)")
-    db["events"].create(
+    db.table("events").create(
         {
             "id": int,
             "action_id": str,

@@ -62,7 +62,13 @@ def resolve(
         "by": by.strip(),
     }
     moved = ledger.transition(
-        action_id, rec.status, to, actor=actor, kind="resolved", at=at, detail=detail,
+        action_id,
+        rec.status,
+        to,
+        actor=actor,
+        kind="resolved",
+        at=at,
+        detail=detail,
         values=values,
     )
     if moved is None:

@@ -39,7 +39,7 @@ def budget() -> float:
 
 
 def scaled(n: float) -> int:
-    return max(1, int(round(n * budget())))
+    return max(1, round(n * budget()))
 
 
 # ------------------------------------------------------------------------ the ledger

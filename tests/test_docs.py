@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, run_cli
 
 README = (ROOT / "README.md").read_text()

@@ -7,12 +7,11 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from settled import config
 from settled.errors import ConfigError
 from settled.providers import Registry
-
-from conftest import run_cli
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "providers.md"
 

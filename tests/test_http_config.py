@@ -191,6 +191,6 @@ def test_full_operation_cannot_take_a_404_as_proof() -> None:
     conf = with_change("operations.send.tier", "full")
     conf["operations"]["send"]["not_found"] = "not_applied"
     with pytest.raises(
-        ConfigError, match='operations.send.not_found: .* use not_found = "pending"'
+        ConfigError, match=r'operations\.send\.not_found: .* use not_found = "pending"'
     ):
         build(conf)

@@ -178,7 +178,7 @@ def test_dispatcher_killed_at_every_step(server: SimServer, config: Path, db_pat
     # The confirm path: recorded first (no crash), then confirmed by a process that dies.
     with Ledger.open(db_path) as ledger, _registry(config) as registry:
         d = Dispatcher(ledger, registry)
-        for (point, kind), aid in cases.items():
+        for (_point, kind), aid in cases.items():
             if kind == "confirm-send":
                 d.submit("sim", "send", json.loads(params[aid]), action_id=aid,
                          needs_confirmation=True)

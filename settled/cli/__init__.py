@@ -42,7 +42,7 @@ def _globals(
     common.STATE.config_path = config
 
 
-from . import actions, daemon_cmd, demo, providers_cmd, settle
+from . import actions, daemon_cmd, demo, providers_cmd, settle  # noqa: E402  (commands register on `app`)
 
 actions.register(app)
 settle.register(app)

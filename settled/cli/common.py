@@ -4,6 +4,7 @@ registry once, and rendering records as JSON or for people."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -130,7 +131,7 @@ def parse_duration(text: str) -> float:
         value = float(t)
     except ValueError:
         raise UsageError(f"bad duration {text!r}: use e.g. 90s, 10m, 2h or 1d") from None
-    if value < 0 or value != value or value == float("inf"):
+    if value < 0 or math.isnan(value) or math.isinf(value):
         raise UsageError(f"bad duration {text!r}: must be a finite number >= 0")
     if value * mult > MAX_DURATION:  # beyond what a date can be shifted by
         raise UsageError(f"bad duration {text!r}: at most {MAX_DURATION // 86400:g}d")

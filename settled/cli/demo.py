@@ -51,15 +51,13 @@ def register(app: typer.Typer) -> None:
             try:
                 d = Dispatcher(ledger, registry, actor="demo")
                 con.print(f"sim provider on {server.url}; ledger in a temporary folder\n")
-                first = {}
                 for aid, op, fault, _ in SCRIPT:
                     server.plan(aid, fault)
                     rep = d.submit("sim", op, {"to": "customer@example.com"}, action_id=aid)
-                    first[aid] = rep
+                    status = rep.record.status if rep.record else "-"
                     con.print(
                         f"dispatch {aid:<18} {op:<8} fault={fault:<20} → "
-                        f"[{STATUS_STYLE[str(rep.record.status)]}]{rep.record.status}[/]"
-                        f" ({rep.result})"
+                        f"[{STATUS_STYLE.get(str(status), 'white')}]{status}[/] ({rep.result})"
                     )
                 # the late-confirmation race, in miniature
                 server.plan("demo-confirm", "ok")

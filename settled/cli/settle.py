@@ -65,7 +65,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         import click
 
-        from ..dispatch import EXIT_BY_STATUS
+        from ..model import EXIT_BY_STATUS
         from .actions import check_id
 
         ids = [check_id(a) for a in action_ids or []]
@@ -109,7 +109,8 @@ def register(app: typer.Typer) -> None:
         import click
 
         from ..clock import utcnow
-        from ..dispatch import EXIT_BY_STATUS, default_actor
+        from ..dispatch import default_actor
+        from ..model import EXIT_BY_STATUS
         from ..resolve import resolve as do_resolve
         from .actions import check_id
 

@@ -1,0 +1,21 @@
+"""One command runs every check: the lint and the type checks run as tests, with the
+configuration in pyproject.toml (mypy strict on the core)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def test_ruff_is_clean() -> None:
+    p = subprocess.run([sys.executable, "-m", "ruff", "check", "settled", "tests", "bench"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_mypy_is_clean() -> None:
+    p = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
