@@ -42,3 +42,14 @@ def test_readme_library_example_runs(tmp_path: Path, sim: object, monkeypatch: p
     monkeypatch.chdir(tmp_path)
     exec(compile(code, "README.md", "exec"), {})
     assert (tmp_path / "settled.db").exists()
+
+
+def test_readme_config_example_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    block = re.search(r"```toml\n(.*?)```", README, flags=re.S)
+    assert block is not None
+    (tmp_path / "settled.toml").write_text(block.group(1))
+    monkeypatch.setenv("MAIL_TOKEN", "t0ken-for-the-test")
+    p = run_cli("--config", str(tmp_path / "settled.toml"), "providers", "--json")
+    assert p.returncode == 0, p.stderr
+    assert "t0ken-for-the-test" not in p.stdout
+    assert '"tier": "reconcilable"' in p.stdout
