@@ -31,7 +31,12 @@ def test_new_ledger_is_0600_even_with_a_loose_umask(tmp_path: Path) -> None:
     old = os.umask(0)
     try:
         path = tmp_path / "new.db"
-        Ledger.open(path).close()
+        with Ledger.open(path) as led:
+            led.record(_row(), actor="t", at="2026-01-01T00:00:00.000000Z")
+            # SQLite gives its -wal and -shm files the main file's mode
+            for suffix in ("-wal", "-shm"):
+                side = Path(str(path) + suffix)
+                assert stat.S_IMODE(side.stat().st_mode) == 0o600, suffix
     finally:
         os.umask(old)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
