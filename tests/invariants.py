@@ -105,8 +105,9 @@ def check(
 
     - no CONFIRMED without an applied effect, no FAILED with one;
     - at most one effect per action;
-    - at most one request per attempt (idempotency key) when the provider does not
-      deduplicate; no request for an attempt the ledger does not know;
+    - at most one request per attempt (idempotency key; in all, when the operation
+      sends no key) when the provider does not deduplicate; no request for an attempt
+      the ledger does not know;
     - every action accounted for: the ledger holds exactly ``ids`` (when given), every
       request the provider saw belongs to a recorded action, and (``final``) nothing is
       left PENDING or IN_FLIGHT except ``open_ok``;
@@ -142,11 +143,17 @@ def check(
             assert effects == 0, f"{where}: FAILED although the effect was applied"
             assert rec.acceptance is Acceptance.REJECTED, where
         known = {f"{aid}:{n}" for n in range(1, rec.attempt + 1)}
-        keys = Counter(r["idempotency_key"] for r in reqs)
+        keys = Counter(r["idempotency_key"] for r in reqs if r["idempotency_key"] is not None)
         assert set(keys) <= known, f"{where}: requests under unknown keys {set(keys) - known}"
         if not dedupes:
             dup = {k: n for k, n in keys.items() if n > 1}
             assert not dup, f"{where}: sent more than once per attempt without dedupe: {dup}"
+            # An operation without an idempotency header sends no key: then at most one
+            # request per attempt in all.
+            keyless = sum(1 for r in reqs if r["idempotency_key"] is None)
+            assert keyless + sum(keys.values()) <= rec.attempt or not keyless, (
+                f"{where}: {keyless} keyless request(s) for {rec.attempt} attempt(s)"
+            )
         if final and aid not in open_ok:
             assert rec.status in SETTLED_STATUSES, f"{where}: left {rec.status}"
             assert rec.next_check_at is None or rec.status is Status.DENIED_UNRESOLVED, where

@@ -2,13 +2,12 @@
 lost rows (SQLITE_BUSY itself: ``test_rel_busy.py``).
 
 The workers are ``python -c`` loops over the library (dispatch, record + confirm,
-retry, reconcile), joined by real ``settled`` CLI processes. When a ``settled.daemon``
-module exists, a daemon process joins the mix (``settled daemon --interval``).
+retry, reconcile), joined by real ``settled`` CLI processes: ``confirm``, cron's
+``reconcile --due`` and a ``settled daemon``.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
@@ -111,10 +110,6 @@ def config(tmp_path: Path, server: SimServer) -> Path:
                         dispatch={"lease_grace": 0.3}, reconcile={"lease": 0.5})
 
 
-def _daemon_available() -> bool:
-    return importlib.util.find_spec("settled.daemon") is not None
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [2, 8])
 def test_processes_mixing_everything_never_duplicate_or_lose(
@@ -140,15 +135,16 @@ def test_processes_mixing_everything_never_duplicate_or_lose(
         assert p.stdin is not None
         p.stdin.write("go\n")
         p.stdin.flush()
-    daemon = None
-    if _daemon_available():
-        daemon = popen_cli("daemon", "--interval", "0.1")
-    # Real CLI processes join in: many confirms of the same ids at once.
+    daemon = popen_cli("daemon", "--interval", "0.1")
+    # Real CLI processes join in: many confirms of the same ids at once, and cron's
+    # reconciliation passes.
     cli_ids = [f"c-{n}" for n in range(0, pool, 7)]
     cli: list[subprocess.Popen[str]] = []
+    passes: list[subprocess.Popen[str]] = []
     for _ in range(2):  # two rounds, so that CLI start-up does not starve the workers
         time.sleep(seconds / 3)
         cli.extend(popen_cli("confirm", aid, "--json") for aid in cli_ids[:3])
+        passes.append(popen_cli("reconcile", "--due", "--json"))
     seen: set[str] = set()
     slowest: tuple[Any, ...] = (0.0, "")
     totals: dict[str, int] = {}
@@ -168,10 +164,18 @@ def test_processes_mixing_everything_never_duplicate_or_lose(
         if p.returncode != 6:
             assert json.loads(out)["outcome"] in (
                 "dispatched", "already_completed", "in_progress", "blocked")
-    if daemon is not None:
-        daemon.send_signal(signal.SIGTERM)
-        _, err = daemon.communicate(timeout=30)
-        assert daemon.returncode == 0 and "Traceback" not in err, err
+    reconciled = 0
+    for p in passes:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0 and "Traceback" not in err, (p.returncode, err)
+        reconciled += json.loads(out)["examined"]
+    daemon.send_signal(signal.SIGTERM)
+    _, err = daemon.communicate(timeout=30)
+    assert daemon.returncode == 0 and "Traceback" not in err, err
+    log = [json.loads(line) for line in err.splitlines()]
+    assert log[-1]["event"] == "stopped" and log[-1]["passes"] >= 1, log[-1]  # it took part
+    assert not [e for e in log if e["event"] == "pass_failed"], log
+    daemon_moves = sum(1 for e in log if e["event"] == "transition")
 
     cfg = load(str(config))
     registry = Registry(cfg.providers, source=str(config))
@@ -191,4 +195,5 @@ def test_processes_mixing_everything_never_duplicate_or_lose(
     assert len(keys) == len(set(keys)), "an attempt was sent twice"
     assert sum(totals.values()) > workers  # the workers really did work
     print(f"\n{workers} workers: {sum(totals.values())} operations, {len(sent)} requests, "
-          f"{len(ids)} actions, final {dict(statuses)}, slowest op {slowest}")
+          f"{len(ids)} actions, final {dict(statuses)}, slowest op {slowest}; "
+          f"daemon moves {daemon_moves}, cron passes examined {reconciled}")

@@ -4,28 +4,28 @@ process) must leave the invariants intact and the ledger passing
 ``PRAGMA integrity_check``. Real time, tiny leases: ``[dispatch] lease_grace`` and
 ``[reconcile] lease`` in the config.
 
-The reconciler runs as a small ``python -c`` script over the library
-(``RECONCILE_SCRIPT``); once ``settled reconcile`` exists it can take its place there.
+The reconciler is ``settled reconcile --due`` (one pass per process, as cron runs it)
+and ``settled daemon``, each killed at the reconciler's own crash points.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, popen_cli, write_config
+from conftest import popen_cli, run_cli, write_config
 from invariants import check, settle
 
+from settled.clock import Clock
 from settled.config import load
 from settled.dispatch import Dispatcher, DispatchSettings
 from settled.ledger import Ledger
@@ -75,36 +75,26 @@ AFTER_RECOVERY = {
     "before_commit:outcome": SENT,
 }
 
-RECONCILE_SCRIPT = """
-import sys, time
-from settled.config import load
-from settled.ledger import Ledger
-from settled.providers import Registry
-from settled.reconcile import Reconciler
-
-db, config = sys.argv[1], sys.argv[2]
-cfg = load(config)
-registry = Registry(cfg.providers, source=config)
-with Ledger.open(db) as ledger:
-    r = Reconciler(ledger, registry, lease=cfg.reconcile_lease)
-    deadline = time.monotonic() + float(sys.argv[3])
-    while time.monotonic() < deadline:
-        r.run_due()
-        time.sleep(0.02)
-registry.close()
-print("pass complete")
-"""
+def reconcile_process(db: Path, point: str | None = None) -> subprocess.CompletedProcess[str]:
+    """One pass of ``settled reconcile --due`` (cron's way), as a real process."""
+    return run_cli("--db", str(db), "reconcile", "--due", "--json",
+                   env={"SETTLED_FAULTPOINT": point} if point else None)
 
 
-def reconcile_process(db: Path, config: Path, seconds: float, point: str | None = None) -> subprocess.CompletedProcess[str]:
-    """One reconciler, as a real process, running passes for ``seconds``."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    if point:
-        env["SETTLED_FAULTPOINT"] = point
-    return subprocess.run(
-        [sys.executable, "-c", RECONCILE_SCRIPT, str(db), str(config), str(seconds)],
-        capture_output=True, text=True, env=env, timeout=60, cwd=str(ROOT),
-    )
+def reconcile_until_killed(db: Path, point: str, passes: int = 20) -> list[str]:
+    """``settled reconcile --due`` passes armed at ``point`` until one reaches it and
+    SIGKILLs itself (each pass is real; a pass that finds nothing there exits 0).
+    Returns the stderr of the killed one and the passes before it."""
+    seen = []
+    for _ in range(passes):
+        done = reconcile_process(db, point)
+        seen.append(done.stderr)
+        if done.returncode == -signal.SIGKILL:
+            assert done.stdout == "" and "Traceback" not in done.stderr, done.stderr
+            return seen
+        assert done.returncode == 0, (point, done.returncode, done.stderr)
+        time.sleep(0.05)
+    raise AssertionError(f"no pass reached {point} in {passes} passes: {seen[-1]}")
 
 
 @pytest.fixture
@@ -224,8 +214,10 @@ def test_dispatcher_killed_at_every_step(server: SimServer, config: Path, db_pat
             if AFTER_RECOVERY[case[0]] is NOT_CLAIMED:
                 assert d.confirm(aid).outcome.value == "dispatched", case
     time.sleep(0.5 + DISPATCH_LEASE_GRACE)
-    passed = reconcile_process(db_path, config, seconds=0.3)
-    assert passed.returncode == 0 and "pass complete" in passed.stdout, passed.stderr
+    passed = reconcile_process(db_path)
+    assert passed.returncode == 0, passed.stderr
+    moved = {c["action_id"]: c["kind"] for c in json.loads(passed.stdout)["changes"]}
+    assert {aid for case, aid in cases.items() if AFTER_RECOVERY[case[0]] is not NOT_CLAIMED} <= set(moved)
 
     with _registry(config) as registry, Ledger.open(db_path) as ledger:
         settle(ledger, registry)
@@ -273,23 +265,18 @@ def test_reconciler_killed_at_every_step(server: SimServer, config: Path, tmp_pa
         assert code == -signal.SIGKILL, (point, err)
     time.sleep(0.5 + DISPATCH_LEASE_GRACE)  # the orphans' leases have expired
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    killers = {
-        point: subprocess.Popen(
-            [sys.executable, "-c", RECONCILE_SCRIPT, str(db), str(config), "5"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT),
-            env={**env, "SETTLED_FAULTPOINT": point},
-        )
-        for point, db in dbs.items()
-    }
-    for point, (code, _, err) in _communicate_all(killers).items():
-        assert code == -signal.SIGKILL, (point, code, err)
-        assert "Traceback" not in err
-        assert _raw_integrity(dbs[point]) == "ok"
+    # Each reconciler (`settled reconcile --due`) kills itself at its point; the four
+    # ledgers at once, one thread each.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(dbs)) as pool:
+        list(pool.map(lambda item: reconcile_until_killed(item[1], item[0]), dbs.items()))
+    for db in dbs.values():
+        assert _raw_integrity(db) == "ok"
 
     time.sleep(RECONCILE_LEASE)  # the dead reconcilers' row leases expire
     for point, db in dbs.items():
-        passed = reconcile_process(db, config, seconds=0.2)
+        passed = reconcile_process(db)
         assert passed.returncode == 0, passed.stderr
         tag = point.replace(":", "_")
         ids = [f"{tag}-{k}" for k in ("applied", "bounced", "lost", "partial", "orphan")]
@@ -314,3 +301,114 @@ class _Only:
             "requests": [r for r in t["requests"] if r["action_id"] in self._ids],
             "effects": {k: v for k, v in t["effects"].items() if k in self._ids},
         }
+
+
+DAEMON_LEASE = 30.0  # s: long enough that nothing here outlives it by accident
+
+
+@pytest.mark.slow
+def test_daemon_killed_mid_pass_loses_observations_never_statuses(
+    server: SimServer, config: Path, tmp_path: Path
+) -> None:
+    """A ``settled daemon`` SIGKILLed at each reconciler crash point, mid-pass. The
+    reconciler commits a batch's results together: a kill before that commit loses the
+    batch's observations (nothing was written), never a status (every status in the
+    ledger is one its log replays to), and the rows it leased stay leased until the
+    reconciler lease ends: a pass before then leaves them alone, a pass after checks
+    them again and settles them exactly as if nothing had happened."""
+    daemon_config = write_config(
+        tmp_path / "daemon.toml",
+        {"sim": {"type": "sim", "base_url": server.url, "timeout": 0.3, "attempts": 1,
+                 "consistency_window": 0.0, "verify_interval": 0.05, "verify_deadline": 0.6}},
+        dispatch={"lease_grace": DISPATCH_LEASE_GRACE},
+        reconcile={"lease": DAEMON_LEASE},
+    )
+    kinds = ("applied", "bounced", "lost", "partial", "orphan")
+    dbs = {point: tmp_path / f"daemon-{point.replace(':', '_')}.db" for point in RECONCILE_POINTS}
+    orphans = {}
+    for point, db in dbs.items():
+        tag = "d" + point.replace(":", "_")
+        _dispatch_in_process(db, config, server, [
+            (f"{tag}-applied", "send", "ok"),
+            (f"{tag}-bounced", "send", "bounce"),
+            (f"{tag}-lost", "send", "lost_after_accept"),
+            (f"{tag}-partial", "deliver", "ok"),
+        ])
+        orphans[point] = popen_cli("--db", str(db), "dispatch", "sim", "send", "--action-id",
+                                   f"{tag}-orphan", "--params", "{}",
+                                   env={"SETTLED_FAULTPOINT": "after_reply"})
+    for point, (code, _, err) in _communicate_all(orphans).items():
+        assert code == -signal.SIGKILL, (point, err)
+    time.sleep(0.5 + DISPATCH_LEASE_GRACE)  # the orphans' dispatch leases have expired
+
+    def snapshot(db: Path) -> dict[str, tuple[str, int, str | None]]:
+        with Ledger.open(db) as ledger:
+            return {r.action_id: (str(r.status), len(ledger.events(r.action_id)), r.lease_owner)
+                    for r in ledger.query()}
+
+    before = {point: snapshot(db) for point, db in dbs.items()}
+    daemons = {
+        point: popen_cli("--db", str(db), "--config", str(daemon_config), "daemon",
+                         "--interval", "0.1", env={"SETTLED_FAULTPOINT": point})
+        for point, db in dbs.items()
+    }
+    for point, (code, out, err) in _communicate_all(daemons).items():
+        assert code == -signal.SIGKILL, (point, code, err)
+        assert "Traceback" not in err, err
+        assert _raw_integrity(dbs[point]) == "ok"
+
+    for point, db in dbs.items():
+        tag = "d" + point.replace(":", "_")
+        ids = [f"{tag}-{k}" for k in kinds]
+        after = snapshot(db)
+        with Ledger.open(db) as ledger:
+            moved_by_daemon = {
+                aid: [e.kind for e in ledger.events(aid)[before[point][aid][1]:]]
+                for aid in ids
+            }
+            leased = {aid for aid in ids if after[aid][2] is not None}
+            for aid in leased:  # held by the dead daemon until its lease ends
+                rec = ledger.get(aid)
+                assert rec.next_check_at is not None, aid
+                assert after[aid][0] == before[point][aid][0], (point, aid, "status moved")
+        if point == "before_commit:lease_expired":
+            # killed inside the first write: nothing of this pass was committed
+            assert after == before[point], point
+            continue
+        # The lease expiry was committed with the claim; what the checks observed was
+        # not (the kill came before the batch's commit): those rows are still leased.
+        assert moved_by_daemon[f"{tag}-orphan"] == ["lease_expired"], (point, moved_by_daemon)
+        assert leased, f"{point}: the daemon leased nothing before its kill"
+        lost_observations = {aid for aid in leased if not moved_by_daemon[aid]}
+        assert lost_observations, (point, moved_by_daemon)
+
+        # Before the reconciler lease ends, another pass leaves those rows alone …
+        early = reconcile_process(db)
+        assert early.returncode == 0, early.stderr
+        touched = {c["action_id"] for c in json.loads(early.stdout)["changes"]}
+        touched |= {c["action_id"] for c in json.loads(early.stdout)["skipped"]}
+        assert not touched & lost_observations, (point, touched)
+        with Ledger.open(db) as ledger:
+            for aid in lost_observations:
+                assert str(ledger.get(aid).status) == after[aid][0]
+
+        # … and once it has ended they are checked again and settle exactly.
+        with _registry(config) as registry, Ledger.open(db) as ledger:
+            later = FakeClockAt(DAEMON_LEASE + 1)
+            settle(ledger, registry, clock=later)
+            check(ledger, _Only(server, ids), ids=ids, dedupes=False)
+            final = {aid[len(tag) + 1:]: ledger.get(aid).status for aid in ids}
+            for aid in lost_observations:
+                actors = {e.actor for e in ledger.events(aid)[before[point][aid][1]:]}
+                assert "reconciler" in actors, (aid, actors)
+        assert final == {"applied": C, "bounced": F, "lost": U, "partial": U, "orphan": C}, point
+
+
+class FakeClockAt(Clock):
+    """Real time, shifted ``seconds`` ahead: past every lease the dead daemon took."""
+
+    def __init__(self, seconds: float) -> None:
+        self.shift = timedelta(seconds=seconds)
+
+    def now(self) -> datetime:
+        return super().now() + self.shift

@@ -478,11 +478,6 @@ def test_http_provider_replies_that_miss_their_pointers(tmp_path: Path, reply: b
                                                          query: bytes) -> None:
     """The declarative http provider (DESIGN.md §3): replies whose JSON pointers find
     nothing, or find the wrong type, prove nothing and raise nothing."""
-    import importlib.util
-
-    if importlib.util.find_spec("settled.providers.http") is None:
-        pytest.skip("settled.providers.http is not part of this build yet; this test runs "
-                    "once it is")
     with Scripted() as server:
         server.replies["POST send"] = (202, reply, True)
         server.replies["GET effects"] = (200, query, True)

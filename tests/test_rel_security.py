@@ -5,7 +5,6 @@ from ``${VAR}`` headers never reach the ledger, the events, the logs or ``--json
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sqlite3
@@ -144,13 +143,7 @@ def test_resolve_records_its_actor(ledger: Ledger, registry: Registry) -> None:
     assert last.detail["evidence"] == "call 17"
 
 
-def _has_command(name: str) -> bool:
-    return run_cli(name, "--help").returncode == 0
-
-
 def test_cli_resolve_records_its_actor(sim_config: Path, sim: SimServer) -> None:
-    if not _has_command("resolve"):
-        pytest.skip("`settled resolve` is not part of this build yet")
     assert run_cli("dispatch", "sim", "notify", "--action-id", "n").returncode == 4
     done = run_cli("resolve", "n", "--applied", "--reason", "seen in the inbox", "--by", "bob",
                    "--json")
@@ -217,16 +210,9 @@ class _Capture:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
 
-@pytest.fixture
-def http_provider_available() -> None:
-    if importlib.util.find_spec("settled.providers.http") is None:
-        pytest.skip("settled.providers.http is not part of this build yet (declarative http "
-                    "provider); this test runs once it is")
-
-
 @pytest.mark.parametrize("echo", [False, True], ids=["plain", "api-echoes-the-header"])
 def test_header_secrets_never_reach_ledger_events_logs_or_json(
-    http_provider_available: None, tmp_path: Path, db_path: Path, echo: bool
+    tmp_path: Path, db_path: Path, echo: bool
 ) -> None:
     with _Capture(echo) as api:
         config = write_config(

@@ -28,6 +28,7 @@ from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
+    multiple,
     precondition,
     rule,
     run_state_machine_as_test,
@@ -80,6 +81,7 @@ class Crashy:
         self.name = inner.name
         self.mode: str | None = None
         self.during_send: Any = None  # a callable run while the request is "in flight"
+        self.after_reply: Any = None  # run once the reply is in, before its outcome commits
 
     def operations(self) -> Mapping[str, OperationSpec]:
         return self.inner.operations()  # type: ignore[no-any-return]
@@ -94,6 +96,9 @@ class Crashy:
         result: WireResult = self.inner.execute(request)
         if mode == "after_send":
             raise SimulatedCrash(mode)
+        if self.after_reply is not None:
+            hook, self.after_reply = self.after_reply, None
+            hook()
         return result
 
     def query(self, target: QueryTarget) -> Observation:
@@ -358,6 +363,71 @@ class LedgerMachine(RuleBasedStateMachine):
         self.dispatcher.submit("sim", op, params, action_id=aid)
         self.provider.during_send = None
         STATS["late_outcome"] += 1
+        return aid
+
+    @rule(target=actions, name=st.sampled_from(["tz", "lang"]),
+          value=st.sampled_from(["a", "b"]),
+          faults=st.tuples(st.sampled_from(FAULTS), st.sampled_from(FAULTS)),
+          second_later=st.booleans(), interleave=st.booleans())
+    def two_sets_of_the_same_change(self, name: str, value: str, faults: tuple[str, str],
+                                    second_later: bool, interleave: bool) -> Any:
+        """Two actions ask for the same setting change (snapshot attribution): whatever
+        their faults, an observed change is confirmed for one only when no other action
+        could have made it. With ``interleave`` the second is sent between the first's
+        snapshot and its request, so both snapshots predate both effects."""
+        params = {"name": f"shared-{name}", "value": value}
+        first, second = self._new_id(), self._new_id()
+        for aid, fault in zip((first, second), faults, strict=True):
+            self.params[aid] = params
+            self.sim.plan(aid, fault)
+
+        def send_second() -> None:
+            self.dispatcher.submit("sim", "set", params, action_id=second,
+                                   needs_confirmation=second_later)
+
+        if interleave:  # after the first's snapshot, before its request
+            self.provider.during_send = send_second
+        self.dispatcher.submit("sim", "set", params, action_id=first)
+        self.provider.during_send = None
+        if not interleave:
+            send_second()
+        STATS["same_change"] += 1
+        return multiple(first, second)
+
+    @rule(target=actions, op=st.sampled_from(OPS), fault=st.sampled_from(FAULTS),
+          check_too=st.booleans())
+    def lease_expires_before_the_outcome_commits(self, op: str, fault: str,
+                                                  check_too: bool) -> str:
+        """The reply is in, but before the dispatcher commits its outcome its lease
+        expires and a reconciler takes the record over (and, with ``check_too``, checks
+        it again): the late outcome may settle an unresolved record with what it
+        proves, never move one a reconciler already settled."""
+        aid = self._new_id()
+        params = {"name": f"n-{aid}", "value": 0}
+        self.params[aid] = params
+        self.sim.plan(aid, fault)
+        seen: dict[str, Status] = {}
+
+        def meanwhile() -> None:
+            self.clock.advance(60.0)
+            self.reconciler.run_due()
+            if check_too:
+                self.reconciler.run_ids([aid])
+            seen["status"] = self._status(aid)
+            assert seen["status"] is not Status.IN_FLIGHT
+
+        self.provider.after_reply = meanwhile
+        report = self.dispatcher.submit("sim", op, params, action_id=aid)
+        self.provider.after_reply = None
+        if "status" not in seen:  # the dispatcher never got a reply to race with
+            return aid
+        after = self._status(aid)
+        assert report.record is not None and report.record.status is after
+        if seen["status"] is not Status.DENIED_UNRESOLVED:
+            assert after is seen["status"], (seen["status"], after)
+        kinds = [e.kind for e in self.ledger.events(aid)]
+        assert "lease_expired" in kinds and kinds.count("outcome") == 0, kinds
+        STATS[f"late_outcome:{seen['status']}->{after}"] += 1
         return aid
 
     # ---------------------------------------------------------------- invariants
