@@ -352,7 +352,7 @@ def test_daemon_killed_mid_pass_loses_observations_never_statuses(
                          "--interval", "0.1", env={"SETTLED_FAULTPOINT": point})
         for point, db in dbs.items()
     }
-    for point, (code, out, err) in _communicate_all(daemons).items():
+    for point, (code, _out, err) in _communicate_all(daemons).items():
         assert code == -signal.SIGKILL, (point, code, err)
         assert "Traceback" not in err, err
         assert _raw_integrity(dbs[point]) == "ok"
