@@ -418,6 +418,46 @@ class Ledger:
         guard_next_check: str | None = None,
     ) -> ActionRecord | None:
         """``transition`` inside a write transaction the caller already holds."""
+        row = self._move(c, action_id, frm, to, actor, kind, at, detail, values, owner,
+                         guard_next_check, everything=True)
+        return ActionRecord.from_row(row) if row is not None else None
+
+    def move(
+        self,
+        c: sqlite3.Connection,
+        action_id: str,
+        frm: Status,
+        to: Status,
+        *,
+        actor: str,
+        kind: str,
+        at: str,
+        detail: Mapping[str, Any] | None = None,
+        values: Mapping[str, Any] | None = None,
+        owner: str | None = None,
+    ) -> bool:
+        """``apply`` for a caller that does not need the new record (a reconciliation
+        pass): the same guarded move and event, without reading the row back. Returns
+        whether the guard held."""
+        return self._move(c, action_id, frm, to, actor, kind, at, detail, values, owner,
+                          None, everything=False) is not None
+
+    def _move(
+        self,
+        c: sqlite3.Connection,
+        action_id: str,
+        frm: Status,
+        to: Status,
+        actor: str,
+        kind: str,
+        at: str,
+        detail: Mapping[str, Any] | None,
+        values: Mapping[str, Any] | None,
+        owner: str | None,
+        guard_next_check: str | None,
+        *,
+        everything: bool,
+    ) -> dict[str, Any] | None:
         check_transition(frm, to)
         values = dict(values or {})
         bad = set(values) - WRITABLE
@@ -435,7 +475,7 @@ class Ledger:
             sql += " AND next_check_at = ?"
             args.append(guard_next_check)
         if HAS_RETURNING:  # the new row in the same statement: no SELECT after the UPDATE
-            cur = c.execute(sql + " RETURNING *", args)
+            cur = c.execute(sql + (" RETURNING *" if everything else " RETURNING attempt"), args)
             found = cur.fetchall()  # at most one row (action_id is the key); ends the statement
             if not found:
                 return None
@@ -449,7 +489,7 @@ class Ledger:
             action_id, at, actor, kind, str(frm), str(to), row["attempt"], detail or {}
         )
         faults.point(f"before_commit:{kind}")
-        return ActionRecord.from_row(row)
+        return row
 
     def reschedule(
         self, action_id: str, *, frm: Status, owner: str, values: Mapping[str, Any], at: str
