@@ -233,9 +233,12 @@ class Reconciler:
         marks = ", ".join("?" * len(DUE_STATUSES))
         with self.ledger.write() as c:
             self._run_queued(c)  # the previous batch's results: one commit for both
+            # "+status": filter on status, never search by it. Without statistics
+            # SQLite may otherwise pick the status index, read every row waiting for
+            # verification and sort them, once per batch (≈ 150 ms at 100k due rows).
             cur = c.execute(
                 "SELECT * FROM actions WHERE next_check_at IS NOT NULL AND next_check_at <= ?"
-                f" AND status IN ({marks}) ORDER BY next_check_at LIMIT ?",
+                f" AND +status IN ({marks}) ORDER BY next_check_at LIMIT ?",
                 (cutoff, *map(str, DUE_STATUSES), size),
             )
             names = [d[0] for d in cur.description]
