@@ -102,7 +102,7 @@ def cold_start(tmp: str, repeats: int) -> list[Row]:
     # An installed package has its bytecode compiled at install time (pip does it for
     # typer, pydantic and the rest). Compile settled's the same way: with
     # PYTHONDONTWRITEBYTECODE set, as on some CI machines, the warm-up below would
-    # leave none, and every run would compile settled from source (≈ 10-15 ms).
+    # leave none, and every run would compile settled from source (≈ 8 ms here).
     import compileall
 
     import settled
