@@ -33,6 +33,15 @@ def to_text(dt: datetime | None) -> str | None:
 def from_text(text: str | None) -> datetime | None:
     if text is None:
         return None
+    if (  # the stored form exactly: the C parser, ten times faster than strptime
+        len(text) == 27
+        and text[26] == "Z"
+        and text[10] == "T"
+        and text[19] == "."
+        and text[4] == text[7] == "-"
+        and text[13] == text[16] == ":"
+    ):
+        return datetime.fromisoformat(text)  # "Z" reads as UTC (Python ≥ 3.11)
     return datetime.strptime(text, _FMT).replace(tzinfo=UTC)
 
 

@@ -9,6 +9,7 @@ under the same lease. The caller that loses the claim never calls the provider.
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import uuid
 from dataclasses import dataclass, field
@@ -188,16 +189,45 @@ class Dispatcher:
             "updated_at": at,
             "checks": 0,
         }
-        record, created = self.ledger.record(row, actor=self.actor, at=at)
-        if not created:
-            return _as_found(record, "action already exists with the same params; nothing sent")
         if needs_confirmation:
+            record, created = self.ledger.record(row, actor=self.actor, at=at)
+            if not created:
+                return _as_found(record, EXISTS)
             return Report(
                 Outcome.RECORDED,
                 record,
                 message="recorded; run `settled confirm` to dispatch it",
             )
-        return self._send(record)
+        return self._record_and_send(row, spec)
+
+    def _record_and_send(self, row: dict[str, Any], spec: OperationSpec) -> Report:
+        """Record and claim in one durable transaction (the ``recorded`` and ``claimed``
+        events, in that order), committed before the request leaves: one fsync fewer
+        than recording first. The caller that finds the id taken claims nothing."""
+        aid, at = row["action_id"], row["created_at"]
+        provider = self.registry.provider(row["provider"])
+        snapshot = None
+        if spec.snapshots:
+            # A snapshot is a query: never spend one on an id that already exists.
+            if self.ledger.find(aid) is not None:
+                record, _ = self.ledger.record(row, actor=self.actor, at=at)  # Conflict or same
+                return _as_found(record, EXISTS)
+            snapshot = provider.snapshot(row["operation"], json.loads(row["params"]))
+        now = self.clock.now()  # the lease runs from here, after any snapshot
+        plan = self._claim_plan(spec, now, row["idempotency_key"], row["eligible_at"], snapshot)
+        faults.point("before_claim")
+        with self.ledger.write() as c:
+            existing = self.ledger.insert(c, row, actor=self.actor, at=at)  # Conflict: rolled back
+            if existing is None:
+                claimed = self.ledger.apply(
+                    c, aid, Status.PENDING, Status.IN_FLIGHT, actor=self.actor,
+                    kind="claimed", at=to_text(now), detail=plan.detail, values=plan.values,
+                )
+                assert claimed is not None  # inserted PENDING in this very transaction
+        if existing is not None:
+            return _as_found(existing, EXISTS)
+        faults.point("after_claim")
+        return self._execute(claimed, spec, provider, plan)
 
     def confirm(self, action_id: str) -> Report:
         """DESIGN.md rule 8: the late-confirmation race, answered honestly."""
@@ -284,15 +314,8 @@ class Dispatcher:
         spec = self.registry.operation(record.provider, record.operation)
         provider = self.registry.provider(record.provider)
         snapshot = provider.snapshot(record.operation, record.params) if spec.snapshots else None
-
         now = self.clock.now()
-        at = to_text(now)
-        budget = spec.timeout * spec.attempts + self._backoff_total(spec.attempts)
-        lease_until = to_text(plus(now, budget + self.settings.lease_grace))
-        owner = "d-" + uuid.uuid4().hex
-        eligible = None
-        if record.eligible_at is not None:  # the window runs from the real dispatch time
-            eligible = to_text(plus(now, spec.consistency_window if spec.tier is not Tier.FULL else 0))
+        plan = self._claim_plan(spec, now, record.idempotency_key, record.eligible_at, snapshot)
         faults.point("before_claim")
         claimed = self.ledger.transition(
             record.action_id,
@@ -300,9 +323,37 @@ class Dispatcher:
             Status.IN_FLIGHT,
             actor=self.actor,
             kind="claimed",
-            at=at,
-            detail={"lease_expires_at": lease_until, "idempotency_key": record.idempotency_key},
-            values={
+            at=to_text(now),
+            detail=plan.detail,
+            values=plan.values,
+        )
+        if claimed is None:  # another caller won the claim: report what it left
+            current = self.ledger.get(record.action_id)
+            return _as_found(current, f"claimed by another caller; now {current.status}")
+        faults.point("after_claim")
+        return self._execute(claimed, spec, provider, plan)
+
+    def _claim_plan(
+        self,
+        spec: OperationSpec,
+        now: Any,
+        key: str,
+        eligible_at: str | None,
+        snapshot: Any,
+    ) -> _Claim:
+        """The claim's lease, event detail and fields."""
+        at = to_text(now)
+        budget = spec.timeout * spec.attempts + self._backoff_total(spec.attempts)
+        lease_until = to_text(plus(now, budget + self.settings.lease_grace))
+        owner = "d-" + uuid.uuid4().hex
+        eligible = None
+        if eligible_at is not None:  # the window runs from the real dispatch time
+            eligible = to_text(plus(now, spec.consistency_window if spec.tier is not Tier.FULL else 0))
+        return _Claim(
+            owner,
+            lease_until,
+            {"lease_expires_at": lease_until, "idempotency_key": key},
+            {
                 "delivery": str(Delivery.IN_FLIGHT),
                 "dispatch_id": owner,
                 "lease_owner": owner,
@@ -313,11 +364,10 @@ class Dispatcher:
                 "snapshot": _dumps(snapshot) if snapshot is not None else None,
             },
         )
-        if claimed is None:  # another caller won the claim: report what it left
-            current = self.ledger.get(record.action_id)
-            return _as_found(current, f"claimed by another caller; now {current.status}")
-        faults.point("after_claim")
 
+    def _execute(self, claimed: ActionRecord, spec: OperationSpec, provider: Any, plan: _Claim) -> Report:
+        """Send a claimed action within the one retry budget; write its outcome."""
+        owner, lease_until = plan.owner, plan.lease_until
         tries: list[dict[str, Any]] = []
         maybe_applied = False
         verdict = Verdict.AMBIGUOUS
@@ -504,6 +554,17 @@ def _outcome(
     return Status.DENIED_UNRESOLVED, values, values["reason"]
 
 
+EXISTS = "action already exists with the same params; nothing sent"
+
+
+@dataclass
+class _Claim:
+    owner: str
+    lease_until: str
+    detail: dict[str, Any]
+    values: dict[str, Any]
+
+
 def _as_found(record: ActionRecord, msg: str) -> Report:
     """Rule 8's answers for a record this caller did not send."""
     if record.terminal:
@@ -517,8 +578,6 @@ def _params_json(params: Any) -> str:
     """Params as stored and sent: strict JSON (no NaN/Infinity, valid UTF-8), checked
     before anything is recorded, so that a request can never fail to encode after
     its claim."""
-    import json
-
     try:
         text = json.dumps(params, sort_keys=True, ensure_ascii=False, allow_nan=False)
         text.encode("utf-8")
@@ -528,8 +587,6 @@ def _params_json(params: Any) -> str:
 
 
 def _dumps(value: Any) -> str:
-    import json
-
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 

@@ -68,6 +68,20 @@ WRITABLE = frozenset(
 )
 
 
+def same_action(rec: ActionRecord, row: Mapping[str, Any]) -> None:
+    """An existing record under ``row``'s id must be the same action, else ``Conflict``."""
+    if (
+        rec.params_hash != row["params_hash"]
+        or rec.provider != row["provider"]
+        or rec.operation != row["operation"]
+    ):
+        raise Conflict(
+            f"action {rec.action_id} already exists with different "
+            f"{'params' if rec.params_hash != row['params_hash'] else 'provider/operation'}"
+            "; use another --action-id"
+        )
+
+
 def _busy_timeout_from_env() -> float:
     raw = os.environ.get("SETTLED_BUSY_TIMEOUT")
     if not raw:
@@ -258,46 +272,48 @@ class Ledger:
 
         Returns ``(record, created)``. An existing id with other params is a conflict.
         """
-        cols = list(row)
         with self.write() as c:
-            cur = c.execute(
-                f"INSERT INTO actions ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
-                " ON CONFLICT(action_id) DO NOTHING",
-                [row[k] for k in cols],
-            )
-            if cur.rowcount == 1:
-                self._append_event(
-                    row["action_id"],
-                    at,
-                    actor,
-                    "recorded",
-                    None,
-                    row["status"],
-                    row["attempt"],
-                    {
-                        "tier": row["tier"],
-                        "reconciliation_key": row["reconciliation_key"],
-                        "eligible_at": row["eligible_at"],
-                        "requires_manual_verification": bool(row["requires_manual_verification"]),
-                    },
-                )
-                created = True
-            else:
-                created = False
-            existing = self._get_row(row["action_id"])
-        assert existing is not None
-        rec = ActionRecord.from_row(existing)
-        if not created and (
-            rec.params_hash != row["params_hash"]
-            or rec.provider != row["provider"]
-            or rec.operation != row["operation"]
-        ):
-            raise Conflict(
-                f"action {rec.action_id} already exists with different "
-                f"{'params' if rec.params_hash != row['params_hash'] else 'provider/operation'}"
-                "; use another --action-id"
-            )
-        return rec, created
+            existing = self.insert(c, row, actor=actor, at=at)
+            if existing is not None:
+                return existing, False
+            new = self._get_row(row["action_id"])
+        assert new is not None
+        return ActionRecord.from_row(new), True
+
+    def insert(
+        self, c: sqlite3.Connection, row: Mapping[str, Any], *, actor: str, at: str
+    ) -> ActionRecord | None:
+        """``record``'s insert inside a write transaction the caller already holds: the
+        new PENDING row and its ``recorded`` event. Returns None when it inserted, else
+        the record already under that id (``Conflict`` when it is another action)."""
+        cols = list(row)
+        cur = c.execute(
+            f"INSERT INTO actions ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+            " ON CONFLICT(action_id) DO NOTHING",
+            [row[k] for k in cols],
+        )
+        if cur.rowcount != 1:
+            found = self._get_row(row["action_id"])
+            assert found is not None
+            existing = ActionRecord.from_row(found)
+            same_action(existing, row)
+            return existing
+        self._append_event(
+            row["action_id"],
+            at,
+            actor,
+            "recorded",
+            None,
+            row["status"],
+            row["attempt"],
+            {
+                "tier": row["tier"],
+                "reconciliation_key": row["reconciliation_key"],
+                "eligible_at": row["eligible_at"],
+                "requires_manual_verification": bool(row["requires_manual_verification"]),
+            },
+        )
+        return None
 
     def _get_row(self, action_id: str) -> dict[str, Any] | None:
         cur = self.conn.execute("SELECT * FROM actions WHERE action_id = ?", (action_id,))
@@ -407,6 +423,46 @@ class Ledger:
         guard_next_check: str | None = None,
     ) -> ActionRecord | None:
         """``transition`` inside a write transaction the caller already holds."""
+        row = self._move(c, action_id, frm, to, actor, kind, at, detail, values, owner,
+                         guard_next_check, everything=True)
+        return ActionRecord.from_row(row) if row is not None else None
+
+    def move(
+        self,
+        c: sqlite3.Connection,
+        action_id: str,
+        frm: Status,
+        to: Status,
+        *,
+        actor: str,
+        kind: str,
+        at: str,
+        detail: Mapping[str, Any] | None = None,
+        values: Mapping[str, Any] | None = None,
+        owner: str | None = None,
+    ) -> bool:
+        """``apply`` for a caller that does not need the new record (a reconciliation
+        pass): the same guarded move and event, without reading the row back. Returns
+        whether the guard held."""
+        return self._move(c, action_id, frm, to, actor, kind, at, detail, values, owner,
+                          None, everything=False) is not None
+
+    def _move(
+        self,
+        c: sqlite3.Connection,
+        action_id: str,
+        frm: Status,
+        to: Status,
+        actor: str,
+        kind: str,
+        at: str,
+        detail: Mapping[str, Any] | None,
+        values: Mapping[str, Any] | None,
+        owner: str | None,
+        guard_next_check: str | None,
+        *,
+        everything: bool,
+    ) -> dict[str, Any] | None:
         check_transition(frm, to)
         values = dict(values or {})
         bad = set(values) - WRITABLE
@@ -424,7 +480,7 @@ class Ledger:
             sql += " AND next_check_at = ?"
             args.append(guard_next_check)
         if HAS_RETURNING:  # the new row in the same statement: no SELECT after the UPDATE
-            cur = c.execute(sql + " RETURNING *", args)
+            cur = c.execute(sql + (" RETURNING *" if everything else " RETURNING attempt"), args)
             found = cur.fetchall()  # at most one row (action_id is the key); ends the statement
             if not found:
                 return None
@@ -440,7 +496,7 @@ class Ledger:
             action_id, at, actor, kind, str(frm), str(to), row["attempt"], detail or {}
         )
         faults.point(f"before_commit:{kind}")
-        return ActionRecord.from_row(row)
+        return row
 
     def reschedule(
         self, action_id: str, *, frm: Status, owner: str, values: Mapping[str, Any], at: str

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from conftest import sim_conf
+from conftest import popen_cli, sim_conf
 
 from settled.clock import FakeClock
 from settled.dispatch import Dispatcher, Outcome, Result, Verdict, classify
@@ -145,6 +148,62 @@ def test_existing_id_same_params_sends_nothing(d: Dispatcher, sim: SimServer) ->
     with pytest.raises(Conflict):
         d.submit("sim", "book", {"a": 2}, action_id="e1")
     assert len(sim.requests_for("e1")) == 1
+
+
+def test_a_dispatch_records_and_claims_in_one_transaction(
+    d: Dispatcher, ledger: Ledger, sim: SimServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two durable transactions per dispatch (record + claim, then the outcome); a
+    recorded action waiting for confirmation takes one, its confirmation two."""
+    opened = []
+    write = Ledger.write
+
+    def counting(self: Ledger) -> object:
+        opened.append(1)
+        return write(self)
+
+    monkeypatch.setattr(Ledger, "write", counting)
+    d.submit("sim", "book", {"a": 1}, action_id="one")
+    assert len(opened) == 2 and len(sim.requests_for("one")) == 1
+    opened.clear()
+    d.submit("sim", "book", {"a": 1}, action_id="later", needs_confirmation=True)
+    assert len(opened) == 1 and ledger.get("later").status is Status.PENDING
+    d.confirm("later")
+    assert len(opened) == 3 and ledger.get("later").status is Status.CONFIRMED
+
+
+def test_existing_id_of_a_snapshot_operation_sends_nothing(d: Dispatcher, sim: SimServer) -> None:
+    first = d.submit("sim", "set", {"name": "tz", "value": "UTC"}, action_id="s1")
+    again = d.submit("sim", "set", {"name": "tz", "value": "UTC"}, action_id="s1")
+    assert again.record is not None and again.record.status is first.record.status  # type: ignore[union-attr]
+    assert "nothing sent" in again.message
+    with pytest.raises(Conflict):
+        d.submit("sim", "set", {"name": "tz", "value": "CET"}, action_id="s1")
+    assert len(sim.requests_for("s1")) == 1
+
+
+def test_processes_racing_one_id_send_it_once(sim_config: Path, sim: SimServer) -> None:
+    """Real processes dispatch the same id at once, some with other params: one records,
+    claims and sends it; the others find it, or are refused when their params differ."""
+    params = ['{"a": 1}'] * 3 + ['{"a": 2}'] * 2
+    procs = [popen_cli("dispatch", "sim", "book", "--action-id", "race", "--params", p, "--json")
+             for p in params]
+    done = [(p.communicate(timeout=60), p.returncode) for p in procs]
+    won = [i for i, ((out, _), _) in enumerate(done)
+           if out and json.loads(out)["outcome"] == "dispatched"]
+    assert len(won) == 1
+    for i, ((out, err), code) in enumerate(done):
+        if i in won:
+            continue
+        if params[i] == params[won[0]]:
+            assert json.loads(out)["outcome"] != "dispatched" and code in (0, 3), (code, err)
+        else:
+            assert code == 7 and "different params" in err, (code, err)
+    assert len(sim.requests_for("race")) == 1
+    with Ledger.open(os.environ["SETTLED_DB"]) as ledger:
+        events = ledger.events("race")
+    assert [e.kind for e in events] == ["recorded", "claimed", "outcome"]
+    assert events[0].at <= events[1].at <= events[2].at
 
 
 def test_unknown_provider_and_operation(d: Dispatcher, ledger: Ledger) -> None:

@@ -84,3 +84,19 @@ def test_bad_tier_and_window() -> None:
         build_strategy("gold", NOW)
     with pytest.raises(ValueError):
         build_strategy(Tier.FULL, NOW, -1)
+
+
+def test_stored_times_read_back_exactly() -> None:
+    from datetime import UTC, datetime
+
+    from settled.clock import _FMT, from_text, to_text
+
+    for text in ("2026-01-01T00:00:00.000000Z", "2999-12-31T23:59:59.999999Z",
+                 "2026-03-04T05:06:07.123456Z", "0999-01-01T00:00:00.000001Z"):
+        slow = datetime.strptime(text, _FMT).replace(tzinfo=UTC)
+        assert from_text(text) == slow and from_text(text).tzinfo == UTC  # type: ignore[union-attr]
+        assert to_text(from_text(text)) == to_text(slow)
+    for bad in ("2026-02-30T00:00:00.000000Z", "2026-01-01T24:00:00.000000Z",
+                "2026-01-01T00:00:00.000000", "2026-01-01 00:00:00.000000Z", "soon"):
+        with pytest.raises(ValueError):
+            from_text(bad)

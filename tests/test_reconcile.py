@@ -253,3 +253,21 @@ def test_a_lost_dispatch_expired_where_the_provider_is_unknown_waits_for_one_tha
     assert not report.changes and rec.status is Status.DENIED_UNRESOLVED
     assert rec.verify_deadline_at == to_text(plus(clock.now(), 60.0))  # budget from here
     assert rec.next_check_at == to_text(plus(clock.now(), 5.0))
+
+
+def test_the_due_scan_walks_the_due_index(ledger: Ledger, reg: Registry, clock: FakeClock) -> None:
+    """The batch select reads the due rows in due order from the due index: never
+    every row in a status, sorted per batch (which grows with the ledger)."""
+    d = Dispatcher(ledger, reg, clock=clock)
+    d.submit("sim", "send", {"to": "x"}, action_id="due-scan")
+    seen: list[str] = []
+    ledger.conn.set_trace_callback(seen.append)
+    try:
+        clock.advance(3600)
+        Reconciler(ledger, reg, clock=clock).run_due()
+    finally:
+        ledger.conn.set_trace_callback(None)
+    scans = [s for s in seen if s.startswith("SELECT * FROM actions WHERE next_check_at")]
+    assert scans
+    plan = " ".join(str(r[-1]) for r in ledger.conn.execute("EXPLAIN QUERY PLAN " + scans[0]))
+    assert "actions_due" in plan and "TEMP B-TREE" not in plan, plan

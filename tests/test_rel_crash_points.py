@@ -59,7 +59,9 @@ RECONCILE_POINTS = (
 )
 
 # What each crash leaves provably unknown, once restarted and reconciled:
-#   before the claim commits  -> still PENDING; `confirm` dispatches it normally
+#   before the claim commits  -> nothing sent: `confirm` finds the record still PENDING;
+#                                `dispatch` records and claims in one transaction, so
+#                                it left no record, and dispatching again sends it
 #   after the claim, unsent   -> lease expires -> unresolved; nothing ever shows
 #   sent (after the send, the reply, before the outcome commits)
 #                             -> lease expires -> unresolved -> the query observes it
@@ -187,32 +189,45 @@ def test_dispatcher_killed_at_every_step(server: SimServer, config: Path, db_pat
     _wait_for(lambda: all(server.requests_for(aid) for (point, _), aid in cases.items()
                           if point in sent_points))
 
-    # The killed processes left the ledger whole, each record where its crash put it.
+    # The killed processes left the ledger whole, each record where its crash put it
+    # (a dispatch killed before its claim committed left none).
     assert _raw_integrity(db_path) == "ok"
     with Ledger.open(db_path) as ledger:
         for (point, kind), aid in cases.items():
-            want = Status.PENDING if AFTER_RECOVERY[point] is NOT_CLAIMED else Status.IN_FLIGHT
-            assert ledger.get(aid).status is want, (point, kind)
+            found = ledger.find(aid)
+            if AFTER_RECOVERY[point] is not NOT_CLAIMED:
+                assert found is not None and found.status is Status.IN_FLIGHT, (point, kind)
+            elif kind == "confirm-send":
+                assert found is not None and found.status is Status.PENDING, (point, kind)
+            else:
+                assert found is None, (point, kind)
+                assert ledger.events(aid) == [], (point, kind)
 
     # A cron job repeating the same dispatch sends nothing new (one record left
     # PENDING by its crash, one left IN_FLIGHT).
     before = len(server.truth()["requests"])
     again = {
-        point: popen_cli("dispatch", "sim", "send", "--action-id", cases[(point, "send")],
-                         "--params", params[cases[(point, "send")]])
-        for point in ("before_claim", "after_send")
+        point: popen_cli("dispatch", "sim", "send", "--action-id", cases[(point, kind)],
+                         "--params", params[cases[(point, kind)]])
+        for point, kind in (("before_claim", "confirm-send"), ("after_send", "send"))
     }
     for point, (code, _, err) in _communicate_all(again).items():
         assert code == 3, (point, code, err)  # PENDING / IN_FLIGHT: in progress
     assert len(server.truth()["requests"]) == before
 
-    # Restart: a new dispatcher confirms the records that were never claimed; the rest
-    # wait for their lease to expire and a reconciler (a real process) to take over.
+    # Restart: a new dispatcher confirms the records that were never claimed and
+    # dispatches again the ones that left no record; the rest wait for their lease to
+    # expire and a reconciler (a real process) to take over.
     with Ledger.open(db_path) as ledger, _registry(config) as registry:
         d = Dispatcher(ledger, registry, actor="restarted")
-        for case, aid in cases.items():
-            if AFTER_RECOVERY[case[0]] is NOT_CLAIMED:
-                assert d.confirm(aid).outcome.value == "dispatched", case
+        for (point, kind), aid in cases.items():
+            if AFTER_RECOVERY[point] is not NOT_CLAIMED:
+                continue
+            if kind == "confirm-send":
+                rep = d.confirm(aid)
+            else:
+                rep = d.submit("sim", kind, json.loads(params[aid]), action_id=aid)
+            assert rep.outcome.value == "dispatched", (point, kind)
     time.sleep(0.5 + DISPATCH_LEASE_GRACE)
     passed = reconcile_process(db_path)
     assert passed.returncode == 0, passed.stderr
