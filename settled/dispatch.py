@@ -226,6 +226,7 @@ class Dispatcher:
                 assert claimed is not None  # inserted PENDING in this very transaction
         if existing is not None:
             return _as_found(existing, EXISTS)
+        assert claimed is not None
         faults.point("after_claim")
         return self._execute(claimed, spec, provider, plan)
 

@@ -186,17 +186,12 @@ class Ledger:
         if version < SCHEMA_VERSION:
             from . import migrations
 
-            migrations.migrate(c, self._begin_immediate)
-            self._retry(self._set_app_id)
+            migrations.migrate(c, self._begin_immediate, APPLICATION_ID)
         elif version > SCHEMA_VERSION:
             raise LedgerError(
                 f"{self.path} was written by a newer settled (schema {version} > "
                 f"{SCHEMA_VERSION}); upgrade settled"
             )
-
-    def _set_app_id(self) -> None:
-        if self._read_one("PRAGMA application_id")[0] != APPLICATION_ID:
-            self.conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
 
     def close(self) -> None:
         self.conn.close()

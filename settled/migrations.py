@@ -134,10 +134,12 @@ MIGRATIONS: list[tuple[str, Step]] = [
 LATEST = len(MIGRATIONS)
 
 
-def migrate(conn: sqlite3.Connection, begin: Callable[[], None]) -> int:
+def migrate(conn: sqlite3.Connection, begin: Callable[[], None], application_id: int) -> int:
     """Apply every step not yet applied. ``begin`` opens a write transaction (the
     ledger's fair ``BEGIN IMMEDIATE``). Safe when several processes open a new ledger
-    at once: each step re-reads the version inside its own transaction."""
+    at once: each step re-reads the version inside its own transaction, and the file is
+    marked as a ledger (``application_id``) in the same transaction as its first step,
+    so no other process can see tables in a file not yet marked as a ledger."""
     db = sqlite_utils.Database(conn)
     applied = 0
     for number, (name, step) in enumerate(MIGRATIONS, start=1):
@@ -156,6 +158,7 @@ def migrate(conn: sqlite3.Connection, begin: Callable[[], None]) -> int:
                 (name,),
             )
             conn.execute(f"PRAGMA user_version = {number}")
+            conn.execute(f"PRAGMA application_id = {int(application_id)}")
             conn.execute("COMMIT")
             applied += 1
         except BaseException:

@@ -171,3 +171,46 @@ def test_locked_ledger_waits_a_bounded_time_then_says_so(tmp_path: Path) -> None
     with Ledger.open(path) as led:
         assert led.get("a-1").status is Status.PENDING
         assert len(led.events("a-1")) == 1
+
+
+def test_processes_creating_one_new_ledger_at_once_all_succeed(tmp_path: Path) -> None:
+    """Real processes open (and so create and migrate) the same new file at the same
+    moment: none may see a half-made ledger and refuse it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from settled.ledger import Ledger\n"
+        "with Ledger.open(sys.argv[1]) as led:\n"
+        "    assert led.conn.execute('PRAGMA user_version').fetchone()[0] > 0\n"
+    )
+    for round_ in range(6):
+        path = tmp_path / f"new-{round_}.db"
+        procs = [subprocess.Popen([sys.executable, "-c", code, str(path)],
+                                  stderr=subprocess.PIPE, text=True) for _ in range(6)]
+        for proc in procs:
+            _, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, err
+        with Ledger.open(path) as led:
+            assert led.conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+
+
+def test_a_file_with_tables_is_always_marked_as_a_ledger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mark (application_id) is written in the same transaction as the first
+    schema step, so no process can ever see tables in an unmarked file."""
+
+    def boom(db: object) -> None:
+        raise RuntimeError("stop after the first step")
+
+    monkeypatch.setattr(migrations, "MIGRATIONS", [migrations.MIGRATIONS[0], ("x", boom)])
+    path = tmp_path / "half.db"
+    with pytest.raises(RuntimeError):
+        Ledger.open(path)
+    con = sqlite3.connect(path)
+    try:
+        assert con.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert con.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+    finally:
+        con.close()
