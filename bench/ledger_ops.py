@@ -1,5 +1,6 @@
 """Durable transactions: settled's ledger and dispatcher against raw ``sqlite3`` doing
-the same statements on the same schema, WAL and ``synchronous=FULL`` on both sides."""
+the same statements on the same schema, WAL and ``synchronous=FULL`` on both sides; and,
+for reference, what ``synchronous=FULL`` itself costs against ``NORMAL``."""
 
 from __future__ import annotations
 
@@ -24,10 +25,10 @@ from .fixtures import (
 LEASE = "2026-01-01T00:01:00.000000Z"
 
 
-def raw_conn(path: str) -> sqlite3.Connection:
+def raw_conn(path: str, synchronous: str = "FULL") -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
     return conn
 
 
@@ -180,8 +181,23 @@ def claim_event(tmp: str, n: int, repeats: int) -> list[Row]:
             if utils:
                 uconn.close()
 
+    def durability(r: int) -> tuple[float, float]:
+        """The same raw claim + event under the ledger's synchronous=FULL and under
+        NORMAL (WAL both): what the durability choice costs per commit."""
+        fids = _fresh(bpath, n, f"f{r}-")
+        nids = _fresh(spath, n, f"n{r}-")
+        full, normal = raw_conn(bpath, "FULL"), raw_conn(spath, "NORMAL")
+        try:
+            return interleave(n, lambda i: raw_claim(normal, nids[i]),
+                              lambda i: raw_claim(full, fids[i]),
+                              "base" if r % 2 == 0 else "settled")
+        finally:
+            full.close()
+            normal.close()
+
     sett_v, base_v = _repeat(repeats, one)
     util_v, base2 = _repeat(repeats, lambda r: one(r, utils=True))
+    full_v, normal_v = _repeat(repeats, durability)
     remove_db(bpath)
     remove_db(spath)
     return [
@@ -190,6 +206,10 @@ def claim_event(tmp: str, n: int, repeats: int) -> list[Row]:
         Row("ledger", "same through sqlite-utils update + insert (not used)", "txn/s", util_v,
             base2, "raw sqlite3, same SQL",
             note="why the hot path is raw SQL (sqlite-utils only creates and migrates)"),
+        Row("ledger", "durability chosen vs not chosen: raw claim + event, synchronous=FULL",
+            "txn/s", full_v, normal_v, "the same, synchronous=NORMAL (WAL both)",
+            note="what the ledger's durability costs; NORMAL can lose the last commits"
+                 " on power loss"),
     ]
 
 
