@@ -18,7 +18,7 @@ from typing import Any
 
 from . import faults
 from .clock import Clock, from_text, plus, to_text
-from .errors import LedgerBusy, NotFound, TransitionNotAllowed, UsageError
+from .errors import LedgerBusy, TransitionNotAllowed, UsageError
 from .ledger import Ledger
 from .model import (
     EXIT_BY_STATUS,
@@ -591,4 +591,4 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
-__all__ = ["DispatchSettings", "Dispatcher", "NotFound", "Outcome", "Report", "Result", "classify"]
+__all__ = ["DispatchSettings", "Dispatcher", "Outcome", "Report", "Result", "classify"]

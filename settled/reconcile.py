@@ -35,7 +35,7 @@ from typing import Any
 
 from . import faults
 from .clock import Clock, from_text, plus, to_text
-from .errors import NotFound, SettledError, UnknownProvider
+from .errors import SettledError, UnknownProvider
 from .ledger import Ledger
 from .model import Acceptance, ActionRecord, Delivery, Status, Tier
 from .providers.base import Observation, OperationSpec, QueryTarget, Seen
@@ -533,4 +533,4 @@ def _auto_checkable(spec: OperationSpec, rec: ActionRecord) -> bool:
     return spec.queryable and not rec.requires_manual_verification
 
 
-__all__ = ["DUE_STATUSES", "Change", "NotFound", "PassReport", "Reconciler"]
+__all__ = ["DUE_STATUSES", "Change", "PassReport", "Reconciler"]

@@ -8,6 +8,7 @@ the one retry budget.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -128,16 +129,19 @@ class Provider(Protocol):
     def close(self) -> None: ...
 
 
-class BaseProvider:
-    """Convenience base: no query, no snapshot, nothing to close."""
+class BaseProvider(ABC):
+    """Convenience base: subclasses declare their operations and implement
+    ``execute``; by default there is no query, no snapshot and nothing to close."""
 
     name = "base"
 
+    @abstractmethod
     def operations(self) -> Mapping[str, OperationSpec]:
-        raise NotImplementedError  # abstract: every provider declares its operations
+        """Every operation's declarations, by name."""
 
+    @abstractmethod
     def execute(self, request: Request) -> WireResult:
-        raise NotImplementedError  # abstract
+        """One try on the wire; report what happened, decide nothing, never retry."""
 
     def query(self, target: QueryTarget) -> Observation:
         return Observation(Seen.UNKNOWN, detail=f"{self.name}.{target.operation} has no query")
