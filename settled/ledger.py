@@ -164,11 +164,17 @@ class Ledger:
         return ledger
 
     def _check_identity(self) -> bool:
-        """True when the file is an empty SQLite database we may initialise."""
-        (app_id,) = self._read_one("PRAGMA application_id")
+        """True when the file is an empty SQLite database we may initialise.
+
+        The mark and the table count are read in one statement, so from one snapshot:
+        two separate reads could straddle another process's first schema commit (no
+        mark yet, then tables) and refuse a ledger that is being created."""
+        app_id, count = self._read_one(
+            "SELECT (SELECT application_id FROM pragma_application_id),"
+            " (SELECT count(*) FROM sqlite_master)"
+        )
         if app_id == APPLICATION_ID:
             return False
-        (count,) = self._read_one("SELECT count(*) FROM sqlite_master")
         if app_id == 0 and count == 0:
             return True
         raise LedgerError(

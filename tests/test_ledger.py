@@ -184,7 +184,7 @@ def test_processes_creating_one_new_ledger_at_once_all_succeed(tmp_path: Path) -
         "with Ledger.open(sys.argv[1]) as led:\n"
         "    assert led.conn.execute('PRAGMA user_version').fetchone()[0] > 0\n"
     )
-    for round_ in range(6):
+    for round_ in range(10):
         path = tmp_path / f"new-{round_}.db"
         procs = [subprocess.Popen([sys.executable, "-c", code, str(path)],
                                   stderr=subprocess.PIPE, text=True) for _ in range(6)]
