@@ -82,12 +82,6 @@ class Report:
             return 6
         if self.outcome is Outcome.BLOCKED:
             return 4
-        if self.outcome is Outcome.IN_PROGRESS and self.record.status in (
-            Status.PENDING,
-            Status.IN_FLIGHT,
-            Status.AWAITING_VERIFICATION,
-        ):
-            return 3
         return EXIT_BY_STATUS[self.record.status]
 
     def to_json(self) -> dict[str, Any]:

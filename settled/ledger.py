@@ -396,7 +396,6 @@ class Ledger:
         detail: Mapping[str, Any] | None = None,
         values: Mapping[str, Any] | None = None,
         owner: str | None = None,
-        guard_next_check: str | None = None,
     ) -> ActionRecord | None:
         """The one way a record changes status: checks the move against the table,
         applies it only if the record is still in ``frm`` (and still leased to
@@ -405,7 +404,7 @@ class Ledger:
         with self.write() as c:
             return self.apply(
                 c, action_id, frm, to, actor=actor, kind=kind, at=at, detail=detail,
-                values=values, owner=owner, guard_next_check=guard_next_check,
+                values=values, owner=owner,
             )
 
     def apply(
@@ -421,11 +420,10 @@ class Ledger:
         detail: Mapping[str, Any] | None = None,
         values: Mapping[str, Any] | None = None,
         owner: str | None = None,
-        guard_next_check: str | None = None,
     ) -> ActionRecord | None:
         """``transition`` inside a write transaction the caller already holds."""
         row = self._move(c, action_id, frm, to, actor, kind, at, detail, values, owner,
-                         guard_next_check, everything=True)
+                         everything=True)
         return ActionRecord.from_row(row) if row is not None else None
 
     def move(
@@ -446,7 +444,7 @@ class Ledger:
         pass): the same guarded move and event, without reading the row back. Returns
         whether the guard held."""
         return self._move(c, action_id, frm, to, actor, kind, at, detail, values, owner,
-                          None, everything=False) is not None
+                          everything=False) is not None
 
     def _move(
         self,
@@ -460,7 +458,6 @@ class Ledger:
         detail: Mapping[str, Any] | None,
         values: Mapping[str, Any] | None,
         owner: str | None,
-        guard_next_check: str | None,
         *,
         everything: bool,
     ) -> dict[str, Any] | None:
@@ -477,9 +474,6 @@ class Ledger:
         if owner is not None:
             sql += " AND lease_owner = ?"
             args.append(owner)
-        if guard_next_check is not None:
-            sql += " AND next_check_at = ?"
-            args.append(guard_next_check)
         if HAS_RETURNING:  # the new row in the same statement: no SELECT after the UPDATE
             cur = c.execute(sql + (" RETURNING *" if everything else " RETURNING attempt"), args)
             found = cur.fetchall()  # at most one row (action_id is the key); ends the statement
@@ -499,14 +493,6 @@ class Ledger:
         faults.point(f"before_commit:{kind}")
         return row
 
-    def reschedule(
-        self, action_id: str, *, frm: Status, owner: str, values: Mapping[str, Any], at: str
-    ) -> bool:
-        """Update scheduling fields of a record this caller holds the lease on, without
-        a status change or an event (a check that found nothing new)."""
-        with self.write() as c:
-            return self.apply_schedule(c, action_id, frm=frm, owner=owner, values=values, at=at)
-
     def apply_schedule(
         self,
         c: sqlite3.Connection,
@@ -517,7 +503,9 @@ class Ledger:
         values: Mapping[str, Any],
         at: str,
     ) -> bool:
-        """``reschedule`` inside a write transaction the caller already holds."""
+        """Update scheduling fields of a record this caller holds the lease on, inside a
+        write transaction the caller holds, without a status change or an event (a
+        check that found nothing new)."""
         values = dict(values)
         bad = set(values) - WRITABLE
         if bad:

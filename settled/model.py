@@ -13,7 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from .clock import plus, to_text
+from .clock import plus
 from .errors import TransitionNotAllowed
 
 DEFAULT_CONSISTENCY_WINDOW = 30.0
@@ -61,7 +61,6 @@ EXIT_BY_STATUS = {
     Status.DENIED_UNRESOLVED: 4,
     Status.FAILED: 5,
 }
-PENDING_LIKE = frozenset({Status.PENDING, Status.IN_FLIGHT, Status.AWAITING_VERIFICATION})
 
 # The one table of allowed moves. A move to the same status records new evidence
 # (a check that found nothing yet) without changing what people read.
@@ -260,6 +259,3 @@ def params_hash(params: Any) -> str:
     canon = json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canon.encode()).hexdigest()
 
-
-def iso(dt: datetime | None) -> str | None:
-    return to_text(dt)
