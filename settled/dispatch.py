@@ -8,9 +8,7 @@ under the same lease. The caller that loses the claim never calls the provider.
 
 from __future__ import annotations
 
-import getpass
 import json
-import os
 import uuid
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -21,7 +19,6 @@ from .clock import Clock, from_text, plus, to_text
 from .errors import LedgerBusy, TransitionNotAllowed, UsageError
 from .ledger import Ledger
 from .model import (
-    EXIT_BY_STATUS,
     Acceptance,
     ActionRecord,
     Delivery,
@@ -76,14 +73,6 @@ class Report:
     message: str = ""
     action_id: str | None = None
 
-    @property
-    def exit_code(self) -> int:
-        if self.outcome is Outcome.NOT_FOUND or self.record is None:
-            return 6
-        if self.outcome is Outcome.BLOCKED:
-            return 4
-        return EXIT_BY_STATUS[self.record.status]
-
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = self.record.to_json() if self.record else {"action_id": self.action_id}
         data["outcome"] = str(self.outcome)
@@ -122,13 +111,6 @@ def classify(spec: OperationSpec, wire: WireResult) -> Verdict:
 class DispatchSettings:
     lease_grace: float = DEFAULT_LEASE_GRACE
     backoff: float = DEFAULT_BACKOFF
-
-
-def default_actor() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return f"uid:{os.getuid()}"
 
 
 @dataclass

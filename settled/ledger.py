@@ -112,7 +112,15 @@ class Ledger:
 
     # ------------------------------------------------------------------ opening
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, busy_timeout: float | None = None) -> Ledger:
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout: float | None = None,
+        create: bool = True,
+    ) -> Ledger:
+        """Open the ledger at ``path``, creating it (mode 0600) unless ``create`` is
+        false: then a missing file is a ``LedgerError`` naming the path."""
         path = os.fspath(path)
         timeout = _busy_timeout_from_env() if busy_timeout is None else busy_timeout
         if path == ":memory:":
@@ -125,6 +133,11 @@ class Ledger:
         if p.is_dir():
             raise LedgerError(f"{path} is a directory, not a ledger file")
         if not p.exists():
+            if not create:
+                raise LedgerError(
+                    f"no ledger at {path}; nothing has been recorded there "
+                    "(check --db, SETTLED_DB or [ledger] path)"
+                )
             if not p.parent.exists():
                 raise LedgerError(f"cannot create ledger {path}: folder {p.parent} does not exist")
             try:

@@ -52,16 +52,6 @@ class Acceptance(StrEnum):
 
 
 TERMINAL = frozenset({Status.CONFIRMED, Status.FAILED})
-# The exit code that reports a record in each status (DESIGN.md §2).
-EXIT_BY_STATUS = {
-    Status.CONFIRMED: 0,
-    Status.PENDING: 3,
-    Status.IN_FLIGHT: 3,
-    Status.AWAITING_VERIFICATION: 3,
-    Status.DENIED_UNRESOLVED: 4,
-    Status.FAILED: 5,
-}
-
 # The one table of allowed moves. A move to the same status records new evidence
 # (a check that found nothing yet) without changing what people read.
 TRANSITIONS: frozenset[tuple[Status, Status]] = frozenset(

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import popen_cli, sim_conf
 
+from settled.cli.common import report_exit
 from settled.clock import FakeClock
 from settled.dispatch import Dispatcher, Outcome, Result, Verdict, classify
 from settled.errors import Conflict, TransitionNotAllowed, UnknownProvider
@@ -66,7 +67,7 @@ def test_full_ok_is_confirmed_by_the_provider(d: Dispatcher, sim: SimServer) -> 
     assert (rep.outcome, rep.result, rep.record.status) == (
         Outcome.DISPATCHED, Result.SUCCEEDED, Status.CONFIRMED)
     assert rep.record.confirmed_by == "provider" and rep.record.provider_object_id
-    assert rep.exit_code == 0
+    assert report_exit(rep) == 0
     reqs = sim.requests_for("b1")
     assert len(reqs) == 1 and reqs[0]["idempotency_key"] == "b1:1"
 
@@ -74,7 +75,7 @@ def test_full_ok_is_confirmed_by_the_provider(d: Dispatcher, sim: SimServer) -> 
 def test_a_202_is_accepted_not_done(d: Dispatcher, sim: SimServer) -> None:
     rep = d.submit("sim", "send", {"to": "x"}, action_id="s1")
     assert rep.record.status is Status.AWAITING_VERIFICATION
-    assert rep.result is Result.ACCEPTED and rep.exit_code == 3
+    assert rep.result is Result.ACCEPTED and report_exit(rep) == 3
     assert rep.record.reconciliation_key and rep.record.next_check_at
     assert rep.record.confirmed_at is None
 
@@ -88,7 +89,7 @@ def test_full_reply_that_proves_nothing_is_not_confirmed(d: Dispatcher, sim: Sim
 def test_rejection_is_failed(d: Dispatcher, sim: SimServer) -> None:
     sim.plan("r1", "reject")
     rep = d.submit("sim", "send", {}, action_id="r1")
-    assert (rep.record.status, rep.record.acceptance, rep.exit_code) == (Status.FAILED, "REJECTED", 5)
+    assert (rep.record.status, rep.record.acceptance, report_exit(rep)) == (Status.FAILED, "REJECTED", 5)
     assert "422" in (rep.record.reason or "")
 
 
@@ -100,7 +101,7 @@ def test_ambiguous_without_dedupe_is_unresolved_after_one_request(
     sim.plan("u1", fault)
     rep = d.submit("sim", "send", {}, action_id="u1")
     assert rep.record.status is Status.DENIED_UNRESOLVED
-    assert rep.result is Result.UNRESOLVED and rep.exit_code == 4
+    assert rep.result is Result.UNRESOLVED and report_exit(rep) == 4
     assert len(sim.requests_for("u1")) == 1
     assert rep.record.next_check_at  # queryable: reconciliation takes it from here
 
@@ -216,26 +217,26 @@ def test_unknown_provider_and_operation(d: Dispatcher, ledger: Ledger) -> None:
 
 def test_confirmation_outcomes_follow_rule_8(d: Dispatcher, sim: SimServer) -> None:
     assert d.confirm("missing").outcome is Outcome.NOT_FOUND
-    assert d.confirm("missing").exit_code == 6
+    assert report_exit(d.confirm("missing")) == 6
     rec = d.submit("sim", "book", {}, action_id="c1", needs_confirmation=True)
-    assert rec.outcome is Outcome.RECORDED and rec.exit_code == 3
+    assert rec.outcome is Outcome.RECORDED and report_exit(rec) == 3
     assert sim.requests_for("c1") == []
     first = d.confirm("c1")
     assert (first.outcome, first.result) == (Outcome.DISPATCHED, Result.SUCCEEDED)
     second = d.confirm("c1")
-    assert (second.outcome, second.exit_code) == (Outcome.ALREADY_COMPLETED, 0)
+    assert (second.outcome, report_exit(second)) == (Outcome.ALREADY_COMPLETED, 0)
     assert len(sim.requests_for("c1")) == 1
 
     d.submit("sim", "send", {}, action_id="c2", needs_confirmation=True)
     assert d.confirm("c2").result is Result.ACCEPTED  # the real result, not "dispatched"
     again = d.confirm("c2")
-    assert (again.outcome, again.exit_code) == (Outcome.IN_PROGRESS, 3)
+    assert (again.outcome, report_exit(again)) == (Outcome.IN_PROGRESS, 3)
 
     sim.plan("c3", "timeout_after_apply")
     d.submit("sim", "send", {}, action_id="c3", needs_confirmation=True)
     assert d.confirm("c3").result is Result.UNRESOLVED
     blocked = d.confirm("c3")
-    assert (blocked.outcome, blocked.exit_code) == (Outcome.BLOCKED, 4)
+    assert (blocked.outcome, report_exit(blocked)) == (Outcome.BLOCKED, 4)
     assert "reconcile before retry" in blocked.message
     assert len(sim.requests_for("c3")) == 1
 
@@ -243,7 +244,7 @@ def test_confirmation_outcomes_follow_rule_8(d: Dispatcher, sim: SimServer) -> N
     d.submit("sim", "send", {}, action_id="c4", needs_confirmation=True)
     assert d.confirm("c4").result is Result.FAILED
     done = d.confirm("c4")
-    assert (done.outcome, done.exit_code) == (Outcome.ALREADY_COMPLETED, 5)
+    assert (done.outcome, report_exit(done)) == (Outcome.ALREADY_COMPLETED, 5)
 
 
 def test_retry_only_from_failed_with_a_new_key(d: Dispatcher, sim: SimServer) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import typer
 
 from .common import (
+    EXIT_BY_STATUS,
     STATE,
     STATUS_STYLE,
     age,
@@ -17,6 +18,7 @@ from .common import (
     next_step,
     one_line,
     parse_duration,
+    report_exit,
 )
 
 STATUSES = (
@@ -82,7 +84,7 @@ def _report_out(report: Any, as_json: bool) -> int:
         emit_json(report.to_json())
     else:
         render_report(report)
-    return int(report.exit_code)
+    return report_exit(report)
 
 
 def render_report(report: Any) -> None:
@@ -104,41 +106,11 @@ def render_report(report: Any) -> None:
 
 
 def _wait(record: Any, timeout: float) -> Any:
-    """Run verification in this process until the record is terminal, only a person
-    can settle it, or ``timeout`` seconds pass. Checks run when they are due (never
-    before: the schedule is the record's), through the same leased pass as the
-    daemon, so a daemon running at the same time never doubles a query."""
-    import time
+    """``--wait``: verification in this process (``settled.wait``), until settled."""
+    from ..clock import Clock
+    from ..wait import wait_for
 
-    from ..clock import Clock, from_text
-    from ..model import Status
-
-    clock = Clock()
-    ledger = STATE.ledger()
-    rec_ = STATE.reconciler(clock=clock, actor="wait")
-    deadline = time.monotonic() + timeout
-    rec = record
-    while True:
-        rec = ledger.get(rec.action_id)
-        if rec.terminal:
-            return rec
-        if rec.status in (Status.AWAITING_VERIFICATION, Status.DENIED_UNRESOLVED) and (
-            not rec.next_check_at
-            or (rec.requires_manual_verification and rec.status is Status.DENIED_UNRESOLVED)
-        ):
-            return rec  # only a person can settle it now
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return rec
-        due = from_text(rec.next_check_at or rec.lease_expires_at)
-        gap = (due - clock.now()).total_seconds() if due else 0.2
-        if gap > 0:
-            time.sleep(min(gap, left, 1.0))
-            continue
-        if rec.status is Status.PENDING:
-            time.sleep(min(0.2, left))  # another caller holds the confirm; watch it
-            continue
-        rec_.run_ids([rec.action_id])
+    return wait_for(STATE.reconciler(clock=Clock(), actor="wait"), record.action_id, timeout)
 
 
 def _check_wait_timeout(value: float) -> None:
@@ -216,8 +188,6 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="The record and its events as JSON."),
     ) -> None:
         """Show one action and its full event timeline."""
-        from ..model import EXIT_BY_STATUS
-
         check_id(action_id)
         ledger = STATE.ledger()
         rec = ledger.get(action_id)

@@ -7,83 +7,58 @@ import json
 import math
 import os
 import sys
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from ..config import Config
-    from ..dispatch import Dispatcher
-    from ..ledger import Ledger
-    from ..providers import Registry
-    from ..reconcile import Reconciler
+from ..model import Status
+from ..session import Session
+
+# The exit code that reports a record in each status (DESIGN.md §2).
+EXIT_BY_STATUS = {
+    Status.CONFIRMED: 0,
+    Status.PENDING: 3,
+    Status.IN_FLIGHT: 3,
+    Status.AWAITING_VERIFICATION: 3,
+    Status.DENIED_UNRESOLVED: 4,
+    Status.FAILED: 5,
+}
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_UNRESOLVED = 4
+EXIT_NOT_FOUND = 6
+
+
+def report_exit(report: Any) -> int:
+    """The exit code of a dispatch/confirm/retry report (DESIGN.md rule 8)."""
+    from ..dispatch import Outcome
+
+    if report.outcome is Outcome.NOT_FOUND or report.record is None:
+        return EXIT_NOT_FOUND
+    if report.outcome is Outcome.BLOCKED:
+        return EXIT_UNRESOLVED
+    return EXIT_BY_STATUS[report.record.status]
+
+
+def default_actor() -> str:
+    """Who a person at this terminal is, for ``resolve --by``'s default."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid:{os.getuid()}"
 
 
 def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-@dataclass
-class State:
-    db: str | None = None
-    config_path: str | None = None
-    _config: Config | None = None
-    _ledger: Ledger | None = None
-    _registry: Registry | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+class State(Session):
+    """The session every command of one CLI process shares; ``--db`` and ``--config``
+    are set by the global options before a command runs."""
 
-    def config(self) -> Config:
-        if self._config is None:
-            from .. import config
-
-            self._config = config.load(self.config_path or config.default_config_path())
-        return self._config
-
-    def ledger(self) -> Ledger:
-        if self._ledger is None:
-            from ..config import default_db_path
-            from ..ledger import Ledger
-
-            cfg = self.config()
-            path = self.db or cfg.ledger_path or default_db_path()
-            if not self.db and not cfg.ledger_path:
-                os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-            self._ledger = Ledger.open(path, busy_timeout=cfg.busy_timeout)
-        return self._ledger
-
-    def registry(self) -> Registry:
-        if self._registry is None:
-            from ..providers import Registry
-
-            cfg = self.config()
-            self._registry = Registry(cfg.providers, source=cfg.source)
-        return self._registry
-
-    def dispatcher(self, actor: str) -> Dispatcher:
-        """The dispatcher every sending command uses, configured from settled.toml."""
-        from ..dispatch import Dispatcher, DispatchSettings
-
-        cfg = self.config()
-        settings = DispatchSettings(lease_grace=cfg.lease_grace, backoff=cfg.backoff)
-        return Dispatcher(self.ledger(), self.registry(), settings=settings, actor=actor)
-
-    def reconciler(self, **kw: Any) -> Reconciler:
-        """The reconciler every verifying command uses, configured from settled.toml."""
-        from ..reconcile import Reconciler
-
-        cfg = self.config()
-        return Reconciler(
-            self.ledger(), self.registry(), batch=cfg.reconcile_batch, lease=cfg.reconcile_lease,
-            **kw,
-        )
-
-    def close(self) -> None:
-        if self._registry is not None:
-            self._registry.close()
-            self._registry = None
-        if self._ledger is not None:
-            self._ledger.close()
-            self._ledger = None
-        self._config = None
+    def __init__(self) -> None:
+        super().__init__()
+        self.extra: dict[str, Any] = {}
 
 
 STATE = State()

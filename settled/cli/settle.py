@@ -6,7 +6,16 @@ from typing import Any
 
 import typer
 
-from .common import STATE, STATUS_STYLE, console, emit_json, next_step, one_line
+from .common import (
+    EXIT_BY_STATUS,
+    STATE,
+    STATUS_STYLE,
+    console,
+    default_actor,
+    emit_json,
+    next_step,
+    one_line,
+)
 
 RECONCILE_HELP = """Settle records by querying the provider for the real effect.
 
@@ -65,7 +74,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         import click
 
-        from ..model import EXIT_BY_STATUS
         from .actions import check_id
 
         ids = [check_id(a) for a in action_ids or []]
@@ -109,8 +117,6 @@ def register(app: typer.Typer) -> None:
         import click
 
         from ..clock import utcnow
-        from ..dispatch import default_actor
-        from ..model import EXIT_BY_STATUS
         from ..resolve import resolve as do_resolve
         from .actions import check_id
 

@@ -1,0 +1,108 @@
+"""One place that turns the environment into working parts: the config file, the
+ledger, the provider registry, and a dispatcher and reconciler configured from them.
+
+The CLI, the MCP server and the Python tool wrapper all start here, so that a
+command, an agent's tool call and a script see the same ledger and the same
+declarations::
+
+    with Session() as s:                       # SETTLED_DB / SETTLED_CONFIG, like the CLI
+        report = s.dispatcher("script").submit("mail", "send", {"to": "a@example.com"})
+
+Everything is opened lazily, on first use, and closed once by ``close``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Self
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .dispatch import Dispatcher
+    from .ledger import Ledger
+    from .providers import Registry
+    from .reconcile import Reconciler
+
+
+class Session:
+    """The config, ledger and registry one process works with.
+
+    ``db`` and ``config_path`` override ``SETTLED_DB`` and ``SETTLED_CONFIG``; without
+    either, the ledger is ``[ledger] path`` from the config, else the per-user default
+    (``$XDG_DATA_HOME/settled/settled.db``)."""
+
+    def __init__(self, *, db: str | None = None, config_path: str | None = None) -> None:
+        self.db = db if db is not None else (os.environ.get("SETTLED_DB") or None)
+        self.config_path = config_path
+        self._config: Config | None = None
+        self._ledger: Ledger | None = None
+        self._registry: Registry | None = None
+
+    def config(self) -> Config:
+        if self._config is None:
+            from . import config
+
+            self._config = config.load(self.config_path or config.default_config_path())
+        return self._config
+
+    def ledger_location(self) -> str:
+        """Where the ledger is, whether or not it exists yet."""
+        from .config import default_db_path
+
+        return self.db or self.config().ledger_path or default_db_path()
+
+    def ledger(self, *, create: bool = True) -> Ledger:
+        """The ledger, opened once. ``create=False`` is for commands that only read: a
+        missing ledger is an error naming its path, never a new empty file."""
+        if self._ledger is None:
+            from .ledger import Ledger
+
+            cfg = self.config()
+            path = self.ledger_location()
+            if create and not self.db and not cfg.ledger_path:
+                os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            self._ledger = Ledger.open(path, busy_timeout=cfg.busy_timeout, create=create)
+        return self._ledger
+
+    def registry(self) -> Registry:
+        if self._registry is None:
+            from .providers import Registry
+
+            cfg = self.config()
+            self._registry = Registry(cfg.providers, source=cfg.source)
+        return self._registry
+
+    def dispatcher(self, actor: str) -> Dispatcher:
+        """The dispatcher every sending path uses, configured from settled.toml."""
+        from .dispatch import Dispatcher, DispatchSettings
+
+        cfg = self.config()
+        settings = DispatchSettings(lease_grace=cfg.lease_grace, backoff=cfg.backoff)
+        return Dispatcher(self.ledger(), self.registry(), settings=settings, actor=actor)
+
+    def reconciler(self, **kw: Any) -> Reconciler:
+        """The reconciler every verifying path uses, configured from settled.toml."""
+        from .reconcile import Reconciler
+
+        cfg = self.config()
+        kw.setdefault("batch", cfg.reconcile_batch)
+        kw.setdefault("lease", cfg.reconcile_lease)
+        return Reconciler(self.ledger(), self.registry(), **kw)
+
+    def close(self) -> None:
+        if self._registry is not None:
+            self._registry.close()
+            self._registry = None
+        if self._ledger is not None:
+            self._ledger.close()
+            self._ledger = None
+        self._config = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["Session"]
