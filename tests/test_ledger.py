@@ -9,8 +9,9 @@ import stat
 from pathlib import Path
 
 import pytest
-from records import move, new_record
+from records import T0, move, new_record
 
+from settled import policy
 from settled.errors import Conflict, LedgerBusy, LedgerError, TransitionNotAllowed
 from settled.model import EventKind, Status
 from settled.storage import Ledger
@@ -206,3 +207,19 @@ def test_a_file_with_tables_is_always_marked_as_a_ledger(
         assert con.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
     finally:
         con.close()
+
+
+def test_a_group_is_recorded_and_claimed_in_one_transaction(ledger: Ledger) -> None:
+    recs = [new_record(f"m{i}") for i in range(3)]
+    assert all(r.declared is not None for r in recs)
+    pairs = [(r, policy.claim(r, r.declared, T0, actor="t", grace=1.0,  # type: ignore[arg-type]
+                              default_backoff=0.05).move) for r in recs]
+    out = ledger.record_and_claim_many(pairs, actor="t")
+    assert [created for _, created in out] == [True] * 3
+    assert all(r.status is Status.IN_FLIGHT for r, _ in out)
+    # a repeat and a same-id-other-params are both "not created": the caller compares
+    again = ledger.record_and_claim_many([pairs[0], (new_record("m1", {"x": 1}), pairs[1][1])],
+                                         actor="t")
+    assert [created for _, created in again] == [False, False]
+    assert again[1][0].params == {}
+    assert [e.kind for e in ledger.events("m0")] == ["recorded", "claimed"]

@@ -292,6 +292,15 @@ class Ledger(ABC):
         transaction: ``(claimed record, True)``, or ``(existing record, False)``."""
 
     @abstractmethod
+    def record_and_claim_many(
+        self, pairs: Sequence[tuple[ActionRecord, Move]], *, actor: str
+    ) -> list[tuple[ActionRecord, bool]]:
+        """``record_and_claim`` for a group, in ONE durable transaction (bulk dispatch:
+        every claim of the group is committed before any of its requests leaves). One
+        result per pair, in order; a ``Conflict`` on one pair rolls back nothing else:
+        its result is the existing record with ``False`` — callers compare params."""
+
+    @abstractmethod
     def move(self, move: Move) -> ActionRecord | None:
         """Apply one move in its own transaction: the new record, or None when its
         guard did not hold (the record had moved on)."""

@@ -370,6 +370,23 @@ class SqliteLedger(Ledger):
             assert row is not None  # inserted PENDING in this very transaction
         return from_row(row), True
 
+    def record_and_claim_many(
+        self, pairs: Sequence[tuple[ActionRecord, Move]], *, actor: str
+    ) -> list[tuple[ActionRecord, bool]]:
+        out: list[tuple[ActionRecord, bool]] = []
+        if not pairs:
+            return out
+        with self._write("record and claim a group") as c:
+            for rec, claim in pairs:
+                existing = self._existing_or_insert(c, rec, actor)
+                if existing is not None:
+                    out.append((existing, False))
+                    continue
+                row = self._apply(c, claim, everything=True)
+                assert row is not None  # inserted PENDING in this very transaction
+                out.append((from_row(row), True))
+        return out
+
     def move(self, move: Move) -> ActionRecord | None:
         with self._write(f"record {move.kind or 'a schedule'}") as c:
             row = self._apply(c, move, everything=True)
@@ -449,6 +466,16 @@ class SqliteLedger(Ledger):
             )
 
     # ------------------------------------------------------------ inside a transaction
+    def _existing_or_insert(
+        self, c: sqlite3.Connection, rec: ActionRecord, actor: str
+    ) -> ActionRecord | None:
+        """``_insert`` that reports another action under the same id as its record
+        instead of raising (the caller tells conflicts from repeats by params)."""
+        found = self.find(rec.action_id)
+        if found is not None:
+            return found
+        return self._insert(c, rec, actor)
+
     def _insert(self, c: sqlite3.Connection, rec: ActionRecord, actor: str) -> ActionRecord | None:
         """The new PENDING row and its ``recorded`` event. Returns None when it
         inserted, else the record already under that id (``Conflict`` when it is
