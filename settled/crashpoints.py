@@ -51,6 +51,19 @@ def kill_at(point: str) -> Probe:
     return probe
 
 
+def pause_at(point: str) -> Probe:
+    """A probe that stops this process at ``point`` (SIGSTOP, as Ctrl-Z or a paused
+    VM would) until someone sends it SIGCONT; it passes each point once."""
+    passed: set[str] = set()
+
+    def probe(name: str) -> None:
+        if name == point and name not in passed:
+            passed.add(name)
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    return probe
+
+
 # The probe of the send in progress, for points deep in the wire code (``after_send``
 # sits in httpcore's trace hook): the dispatcher makes its probe active around each
 # try, so no provider signature has to carry it.
@@ -78,4 +91,4 @@ def hit(point: str) -> None:
         probe(point)
 
 
-__all__ = ["POINTS", "Probe", "active", "armed", "hit", "kill_at", "no_probe"]
+__all__ = ["POINTS", "Probe", "active", "armed", "hit", "kill_at", "no_probe", "pause_at"]

@@ -144,6 +144,8 @@ def check(
             assert effects == 1, f"{where}: CONFIRMED without an applied effect"
             assert rec.acceptance is Acceptance.APPLIED and rec.confirmed_by, where
         if rec.status is Status.FAILED:
+            # No late effect after FAILED: once FAILED, no request of the attempt can
+            # still land (rule 9), so the provider never shows an effect later.
             assert effects == 0, f"{where}: FAILED although the effect was applied"
             assert rec.acceptance is Acceptance.NOT_APPLIED, where
         known = {f"{aid}:{n}" for n in range(1, rec.attempt + 1)}
@@ -167,6 +169,26 @@ def check(
         statuses[str(rec.status)] += 1
     assert ledger.integrity_check() == "ok"
     return statuses
+
+
+def contradictions_block_retry(ledger: Ledger, dispatcher: Any, server: SimServer | None) -> int:
+    """Every record flagged with a contradiction refuses ``retry`` and sends nothing;
+    returns how many there are."""
+    from settled.errors import TransitionNotAllowed
+
+    flagged = [r for r in all_records(ledger) if r.contradiction is not None]
+    for rec in flagged:
+        sent = len(server.requests_for(rec.action_id)) if server is not None else 0
+        try:
+            dispatcher.retry(rec.action_id)
+        except TransitionNotAllowed:
+            pass
+        else:
+            raise AssertionError(f"{rec.action_id}: retry went ahead despite {rec.contradiction}")
+        if server is not None:
+            assert len(server.requests_for(rec.action_id)) == sent, rec.action_id
+        assert ledger.get(rec.action_id).attempt == rec.attempt, rec.action_id
+    return len(flagged)
 
 
 # ------------------------------------------------------------------------ driving
