@@ -28,7 +28,8 @@ from __future__ import annotations
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -112,6 +113,7 @@ class Reconciler:
     )
     _queued_since: float = field(default=0.0, init=False, repr=False)
     _grouping: bool = field(default=False, init=False, repr=False)
+    _noted: list[tuple[PassReport, Change]] = field(default_factory=list, init=False, repr=False)
     _specs: dict[tuple[str, str], tuple[OperationSpec | None, str]] = field(
         default_factory=dict, init=False, repr=False
     )
@@ -188,7 +190,7 @@ class Reconciler:
                            f"dispatch in progress; lease until {rec.lease_expires_at}")
                 )
                 return
-            with self.ledger.write() as c:
+            with self._transaction() as c:
                 self._expire(c, rec, now, report)
             rec = self.ledger.get(aid)
             due = from_text(rec.next_check_at)
@@ -231,7 +233,7 @@ class Reconciler:
         owner = "r-" + uuid.uuid4().hex
         out: list[tuple[ActionRecord, str]] = []
         marks = ", ".join("?" * len(DUE_STATUSES))
-        with self.ledger.write() as c:
+        with self._transaction() as c:
             self._run_queued(c)  # the previous batch's results: one commit for both
             # "+status": filter on status, never search by it. Without statistics
             # SQLite may otherwise pick the status index, read every row waiting for
@@ -263,7 +265,7 @@ class Reconciler:
 
     def _hand_back(self, held: list[tuple[ActionRecord, str]]) -> None:
         """Release rows this pass leased but will not check: due again at once."""
-        with self.ledger.write() as c:
+        with self._transaction() as c:
             for rec, owner in held:
                 c.execute(
                     "UPDATE actions SET lease_owner = NULL, next_check_at = ?"
@@ -273,7 +275,7 @@ class Reconciler:
 
     def _lease_one(self, rec: ActionRecord, owner: str, now: datetime) -> ActionRecord | None:
         until = to_text(plus(now, self.lease))
-        with self.ledger.write() as c:
+        with self._transaction() as c:
             cur = c.execute(
                 "UPDATE actions SET lease_owner = ?, next_check_at = ? WHERE action_id = ?"
                 " AND status = ? AND (lease_owner IS NULL OR next_check_at IS NULL"
@@ -501,7 +503,7 @@ class Reconciler:
     def _write(self, fn: Callable[[sqlite3.Connection], None]) -> None:
         """Run one guarded write now (``run_ids``), or queue it for the batch's commit."""
         if not self._grouping:
-            with self.ledger.write() as c:
+            with self._transaction() as c:
                 fn(c)
             return
         if not self._queued:
@@ -512,7 +514,7 @@ class Reconciler:
         """Commit every queued write in one transaction."""
         if not self._queued:
             return
-        with self.ledger.write() as c:
+        with self._transaction() as c:
             self._run_queued(c)
 
     def _run_queued(self, c: sqlite3.Connection) -> None:
@@ -521,12 +523,31 @@ class Reconciler:
         for fn in queued:
             fn(c)
 
+    # ------------------------------------------------------------ reporting
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """``ledger.write()``; the changes noted inside it are reported (``report`` and
+        ``on_change``) once it has committed, never while it holds the write lock.
+        ``on_change`` may block: the daemon writes it to stderr, and a pipe whose reader
+        stalls would keep every other writer of the ledger waiting into ``LedgerBusy``.
+        A transaction that rolls back reports nothing: its moves did not happen."""
+        try:
+            with self.ledger.write() as c:
+                yield c
+        except BaseException:
+            self._noted.clear()
+            raise
+        noted, self._noted = self._noted, []
+        for report, change in noted:
+            report.changes.append(change)
+            if self.on_change is not None:
+                self.on_change(change)
+
     def _note(self, report: PassReport, change: Change) -> None:
+        """A move made in the current ``_transaction``: reported after its commit."""
         if change.at is None:
             change.at = to_text(self.clock.now())
-        report.changes.append(change)
-        if self.on_change is not None:
-            self.on_change(change)
+        self._noted.append((report, change))
 
 
 def _auto_checkable(spec: OperationSpec, rec: ActionRecord) -> bool:
