@@ -232,6 +232,20 @@ def build(
         return f"the request cannot be encoded: {describe(exc)}"
 
 
+def show(request: httpx.Request, redact: Redactor | None = None) -> dict[str, Any]:
+    """A built request as ``settled providers render`` prints it: every header httpx
+    will send (secrets as ``***``) and the body as text."""
+    scrub = redact or Redactor()
+    headers = [[k.decode("latin-1"), scrub(v.decode("latin-1"))] for k, v in request.headers.raw]
+    body = request.content.decode("utf-8", "replace") if request.content else None
+    return {
+        "method": request.method,
+        "url": scrub(str(request.url)),
+        "headers": headers,
+        "body": scrub(body) if body is not None else None,
+    }
+
+
 def exchange(
     client: httpx.Client,
     method: str,

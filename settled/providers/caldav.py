@@ -45,7 +45,7 @@ from ..clock import utcnow
 from ..errors import ConfigError, UnknownProvider, UsageError
 from ..model import Tier
 from ._shape import ShapeError, segment
-from ._wire import Exchange, Redactor, excerpt, exchange
+from ._wire import Exchange, Redactor, build, excerpt, exchange, show
 from .base import (
     BaseProvider,
     Observation,
@@ -324,6 +324,57 @@ class CalDavProvider(BaseProvider):
             content=content,
             redact=self._redact,
         )
+
+    def render(
+        self,
+        operation: str,
+        params: Any,
+        *,
+        action_id: str = "ACTION-ID",
+        attempt: int = 1,
+        reconciliation_key: str | None = None,
+        provider_object_id: str | None = None,
+    ) -> dict[str, Any]:
+        """The request ``execute`` would send first (the PUT of a booking; the GET
+        that a move or cancel reads the event with), and the query. Sends nothing."""
+        self.check_params(operation, params)
+        key = reconciliation_key or "stl-KEY"
+        uid = key if operation == "book" else params["uid"]
+        try:
+            url = self._resource(uid)
+        except ShapeError as exc:
+            raise UsageError(f"{self.name}.{operation}: {exc}") from None
+        if operation == "book":
+            built = build(
+                self._client,
+                "PUT",
+                url,
+                headers={**self._headers, "If-None-Match": "*", "Content-Type": ICS},
+                content=_new_event(uid, params).encode(),
+            )
+            notes = []
+        else:
+            built = build(self._client, "GET", url, headers=self._headers)
+            notes = [
+                "then PUT the event back with If-Match on its ETag, "
+                + ("DTSTART/DTEND changed" if operation == "move" else "STATUS:CANCELLED")
+                + f" and {MARK}:{key}"
+            ]
+        if isinstance(built, str):
+            raise UsageError(f"{self.name}.{operation}: {built}")
+        query = self._client.build_request("GET", url, headers=self._headers)
+        return {
+            "provider": self.name,
+            "operation": operation,
+            "tier": str(self._ops[operation].tier),
+            "reconciliation_key": key,
+            "idempotency_key": None,
+            "request": {**show(built, self._redact), "notes": notes},
+            "query": {**show(query, self._redact), "proves": self._ops[operation].verifies},
+            "notes": ["stl-KEY stands for the key settled generates at dispatch"]
+            if reconciliation_key is None
+            else [],
+        }
 
     # -- execute --------------------------------------------------------------------------
 

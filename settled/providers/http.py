@@ -43,7 +43,17 @@ from ..errors import ConfigError, UnknownProvider, UsageError
 from ..model import DEFAULT_CONSISTENCY_WINDOW, Tier, idempotency_key
 from . import _shape
 from ._shape import FORM_LISTS, OMIT, Pointer, ShapeError, Text
-from ._wire import Exchange, Redactor, build, excerpt, exchange, header_value, parse_json, send
+from ._wire import (
+    Exchange,
+    Redactor,
+    build,
+    excerpt,
+    exchange,
+    header_value,
+    parse_json,
+    send,
+    show,
+)
 from .base import (
     BaseProvider,
     Observation,
@@ -1072,16 +1082,7 @@ class HttpProvider(BaseProvider):
         )
         if isinstance(req, str):
             raise ShapeError(req)
-        headers = [
-            (k.decode("latin-1"), self._redact(v.decode("latin-1"))) for k, v in req.headers.raw
-        ]
-        body = req.content.decode("utf-8", "replace") if req.content else None
-        return {
-            "method": req.method,
-            "url": self._redact(str(req.url)),
-            "headers": headers,
-            "body": self._redact(body) if body is not None else None,
-        }
+        return show(req, self._redact)
 
 
 def _base_url(base: Any) -> str:

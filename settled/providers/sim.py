@@ -14,9 +14,9 @@ from urllib.parse import quote
 import httpx
 
 from .. import faults
-from ..errors import ConfigError, UnknownProvider
+from ..errors import ConfigError, UnknownProvider, UsageError
 from ..model import Tier
-from ._wire import Exchange, excerpt, exchange, header_value, parse_json
+from ._wire import Exchange, build, excerpt, exchange, header_value, parse_json, show
 from .base import (
     BaseProvider,
     Observation,
@@ -142,6 +142,51 @@ class SimProvider(BaseProvider):
         if ex.wire is not Wire.ANSWERED:
             return WireResult(ex.wire, detail=ex.problem, written_at=ex.written_at)
         return _answered(request.operation, ex)
+
+    def render(
+        self,
+        operation: str,
+        params: Any,
+        *,
+        action_id: str = "ACTION-ID",
+        attempt: int = 1,
+        reconciliation_key: str | None = None,
+        provider_object_id: str | None = None,
+    ) -> dict[str, Any]:
+        """The request ``execute`` would send; sends nothing."""
+        spec = self._ops.get(operation)
+        if spec is None:
+            raise UnknownProvider(f"{self.name} has no operation {operation!r}")
+        key = reconciliation_key or ("stl-KEY" if spec.carries_key else None)
+        req = build(
+            self._client,
+            "POST",
+            f"{self._base}/v1/{operation}",
+            headers={"Idempotency-Key": header_value(f"{action_id}:{attempt}")},
+            json_body={"action_id": action_id, "reconciliation_key": key, "params": params},
+        )
+        if isinstance(req, str):
+            raise UsageError(f"{self.name}.{operation}: {req}")
+        query = None
+        if operation in ("book", "send") and key:
+            query = {
+                **show(
+                    self._client.build_request(
+                        "GET", f"{self._base}/v1/effects/{quote(key, safe='')}"
+                    )
+                ),
+                "proves": spec.verifies,
+            }
+        return {
+            "provider": self.name,
+            "operation": operation,
+            "tier": str(spec.tier),
+            "reconciliation_key": key,
+            "idempotency_key": f"{action_id}:{attempt}",
+            "request": show(req),
+            "query": query,
+            "notes": [],
+        }
 
     # -- query and snapshot -------------------------------------------------------------
 
