@@ -265,3 +265,22 @@ def test_sim_latency_knobs(client: httpx.Client) -> None:
         per_request = time.monotonic() - start
     assert server_wide >= 0.2 and per_plan >= 0.3 and per_request >= 0.25
     assert planned.applied is True and r.status_code == 201
+
+
+def test_a_header_h11_refuses_is_never_sent(client: httpx.Client) -> None:
+    server = RawServer(OK)
+    try:
+        ex = exchange(client, "GET", server.url + "/x", timeout=1.0, headers={"X-Bad": "a\x00b"})
+        time.sleep(0.1)
+    finally:
+        server.close()
+    assert ex.wire is Wire.NOT_CONNECTED and ex.problem.startswith("not sent:"), ex
+    assert all(r == b"" for r in server.received)
+    assert "\x00" not in ex.problem
+
+
+def test_the_sim_checks_its_base_url_at_load(client: httpx.Client) -> None:
+    from settled.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="base_url"):
+        create_sim("sim", {"base_url": "http://host:port/"}, client)
