@@ -470,3 +470,46 @@ def test_new_keys_are_checked_at_load(op: dict[str, Any], key: str, fix: str) ->
 def test_a_full_operation_shows_no_window() -> None:
     p, _ = provider(ok(), tier="full", consistency_window=30)
     assert p.operations()["op"].to_json()["consistency_window"] == 0.0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="needs the core: WireResult.conflict must be verified by the query at once "
+    "(classify treats it as a 4xx today, so a 409 on a create whose key already "
+    "applied ends FAILED)",
+)
+def test_a_conflict_is_settled_by_the_query_not_failed(mem_ledger: Any) -> None:
+    from settled.dispatch import Dispatcher, DispatchSettings
+    from settled.model import Status
+
+    def handler(r: httpx.Request) -> httpx.Response:
+        if r.method == "POST":
+            return httpx.Response(409, json={"error": "order A-1 exists"})
+        return httpx.Response(200, json=[{"number": "A-1", "state": "placed"}])
+
+    conf = {
+        "type": "http",
+        "base_url": "https://shop.example",
+        "operations": {
+            "order": {
+                "tier": "full",
+                "attempts": 1,
+                "reconciliation_key_param": "number",
+                "conflict_statuses": [409],
+                "request": {"path": "/orders"},
+                "query": {
+                    "path": "/orders",
+                    "query": {"number": "{reconciliation_key}"},
+                    "list": "",
+                    "match": "/number",
+                },
+                "status": "/state",
+                "applied": ["placed"],
+            }
+        },
+    }
+    client = httpx.Client(transport=httpx.MockTransport(handler))
+    with Registry({"shop": conf}, source="test", client=client) as reg:
+        d = Dispatcher(mem_ledger, reg, settings=DispatchSettings(backoff=0.01))
+        r = d.submit("shop", "order", {"number": "A-1"}, action_id="o1").record
+    assert r.status is Status.CONFIRMED and r.confirmed_by != "provider", r.reason

@@ -531,14 +531,15 @@ class _Handler(BaseHTTPRequestHandler):
         if op not in OPERATIONS:
             return self._send(_json(404, {"error": f"unknown operation {op!r}"}))
         rkey = body.get("reconciliation_key") if isinstance(body, dict) else None
-        ikey = self.headers.get("Idempotency-Key") or None
+        # settled percent-encodes a key that is not plain ASCII, and "%" itself
+        # (``_wire.header_value``): decoded, the key is the ledger's own.
+        raw_key = self.headers.get("Idempotency-Key") or None
+        ikey = unquote(raw_key) if raw_key else None
         if not error and isinstance(body, dict) and "params" not in body:
             # A plain body (what a generic HTTP client sends): the body is the params.
             # The action is named by the idempotency key ("{action_id}:{attempt}"),
             # else an "action_id" field, else the reconciliation key.
-            # The key is percent-encoded when the id is not plain ASCII (``café`` is
-            # sent as ``caf%C3%A9``).
-            named = unquote(ikey.rpartition(":")[0]) if ikey and ":" in ikey else None
+            named = ikey.rpartition(":")[0] if ikey and ":" in ikey else None
             action_id = named or body.get("action_id") or rkey
             body = {"action_id": action_id, "params": body}
         if error or not isinstance(body, dict) or not isinstance(body.get("action_id"), str):
