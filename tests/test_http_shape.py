@@ -319,6 +319,17 @@ def test_an_existence_check_without_a_predicate_is_allowed_and_marked() -> None:
     assert p.operations()["op"].predicate is False
 
 
+def test_a_status_of_a_resource_that_is_not_this_actions_is_refused() -> None:
+    with pytest.raises(ConfigError, match="addresses no resource"):
+        provider(
+            ok(),
+            reconciliation_key_field="ref",
+            query={"path": "/queue", "query": {"ref": "{reconciliation_key}"}},
+            status="/state",
+            applied=["done"],
+        )
+
+
 @pytest.mark.parametrize(
     ("query", "fix"),
     [

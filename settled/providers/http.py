@@ -647,11 +647,14 @@ def _query(
             "(the item field that holds the key) so one item can be told from another",
         )
     addressed = {r.name for r in call.path.refs} & {"reconciliation_key", "provider_object_id"}
-    if status is None and not match and not addressed:
+    if not match and not addressed:
+        # A status read from a resource that is not this action's says nothing about it,
+        # and a filter in the query string alone may be ignored by the API.
         raise c.fail(
             f"{key}.query",
-            "proves nothing: it addresses no resource of this action; put {reconciliation_key} or "
-            "{provider_object_id} in its path, or declare status and applied, or list and match",
+            "proves nothing about this action: it addresses no resource of it; put "
+            "{reconciliation_key} or {provider_object_id} in its path, or declare list and "
+            'match (e.g. list = "/data", match = "/client_reference")',
         )
     return _Query(call, items, tuple(match))
 
