@@ -24,9 +24,11 @@ _WHERE = {
     "Delivery": "model", "DispatchStrategy": "model", "Event": "model", "Status": "model",
     "Tier": "model", "build_strategy": "model",
     "PassReport": "reconcile", "Reconciler": "reconcile",
+    "check": "agents", "tool": "agents",
 }  # fmt: skip
 
 if TYPE_CHECKING:
+    from .agents import check, tool
     from .clock import Clock, FakeClock
     from .config import Config
     from .dispatch import Dispatcher, DispatchSettings, Outcome, Report, Result, classify
@@ -101,5 +103,7 @@ __all__ = [
     "UnknownProvider",
     "UsageError",
     "build_strategy",
+    "check",
     "classify",
+    "tool",
 ]

@@ -21,7 +21,8 @@ def test_exported_members() -> None:
         "Conflict", "Delivery", "DispatchSettings", "DispatchStrategy", "Dispatcher", "Event",
         "FakeClock", "Ledger", "LedgerBusy", "LedgerError", "NotFound", "Outcome",
         "PassReport", "Reconciler", "Report", "Result", "SettledError", "Status", "Tier",
-        "TransitionNotAllowed", "UnknownProvider", "UsageError", "build_strategy", "classify",
+        "TransitionNotAllowed", "UnknownProvider", "UsageError", "build_strategy", "check",
+        "classify", "tool",
     }
 
 
