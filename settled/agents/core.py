@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -164,7 +165,7 @@ def result_for(rec: ActionRecord, note: str = "") -> ToolResult:
     else:
         reason = rec.reason or "accepted, not yet observed"
         after = f"after {rec.next_check_at}" if rec.next_check_at else "later"
-        tail = f"{reason}; not observed yet: call check_action {after}"
+        tail = f"{reason}; call check_action {after}"
     if note:
         tail = f"{note}; {tail}"
     text = _one_line(f"{status}: {rec.provider}.{rec.operation} {rec.action_id} — {tail}")
@@ -312,7 +313,53 @@ def check_params(op: Operation, params: Any) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Submitted:
     result: ToolResult
-    awaiting_confirmation: bool  # the record is PENDING: a person must confirm it
+    record: ActionRecord
+    repeated: bool  # the action id was already recorded: this call sent nothing
+
+    @property
+    def awaiting_confirmation(self) -> bool:
+        """The record is PENDING: a person must confirm it before anything is sent."""
+        return self.record.status is Status.PENDING
+
+
+class _OpenGate:
+    """Opening a ledger must not overlap with this process's use of another connection
+    to it: ``Ledger.open`` reads the file's header through a descriptor of its own, and
+    closing any descriptor of a file drops every POSIX lock the process holds on it,
+    including a lock another connection holds mid-transaction (SQLite's "how to
+    corrupt" §2.2). Uses are shared; an open waits until no session is in use."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._users = 0
+        self._opening = False
+
+    @contextmanager
+    def using(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._opening)
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._users -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def opening(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._opening and not self._users)
+            self._opening = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._opening = False
+                self._cond.notify_all()
+
+
+_GATE = _OpenGate()  # one per process: it guards the process's file locks
 
 
 class Toolbox:
@@ -321,8 +368,12 @@ class Toolbox:
     ``db`` and ``config_path`` are those of :class:`~settled.session.Session` (default:
     ``SETTLED_DB`` / ``SETTLED_CONFIG`` / ``./settled.toml``, like the CLI). ``confirm``
     names operations (``"provider.operation"``) that need a person's confirmation in
-    addition to those whose declaration says so. Every call opens its own session, so
-    one toolbox may serve concurrent calls from several threads."""
+    addition to those whose declaration says so.
+
+    Each call works in a session of its own. With ``pool`` > 0, up to that many
+    sessions are kept open (``prepare`` opens them all) and calls from several threads
+    run side by side; with ``pool=0`` each call opens a session and closes it after,
+    and calls from several threads take turns. ``close`` closes the pool."""
 
     def __init__(
         self,
@@ -331,23 +382,92 @@ class Toolbox:
         config_path: str | None = None,
         actor: str = "agent",
         confirm: Iterable[str] = (),
+        pool: int = 0,
     ) -> None:
         self.db = db
         self.config_path = config_path
         self.actor = actor
         self.confirm_ops = frozenset(confirm)
+        self.pool = pool
+        self._lock = threading.Condition()
+        self._idle: list[Session] = []
+        self._open = 0
+        self._closed = False
+
+    def _new(self, create: bool) -> Session:
+        s = Session(db=self.db, config_path=self.config_path)
+        try:
+            with _GATE.opening():
+                s.ledger(create=create)
+        except BaseException:
+            s.close()
+            raise
+        return s
+
+    def _take(self, create: bool) -> Session:
+        if self.pool <= 0:
+            return self._new(create)
+        with self._lock:
+            self._lock.wait_for(lambda: bool(self._idle) or self._open < self.pool)
+            if self._idle:
+                return self._idle.pop()
+            self._open += 1
+        try:
+            return self._new(create=True)  # a pooled session serves writes as well
+        except BaseException:
+            with self._lock:
+                self._open -= 1
+                self._lock.notify()
+            raise
+
+    def _give(self, s: Session) -> None:
+        if self.pool <= 0:
+            s.close()
+            return
+        with self._lock:
+            if not self._closed:
+                self._idle.append(s)
+                self._lock.notify()
+                return
+            self._open -= 1
+        s.close()
 
     @contextmanager
-    def session(self) -> Iterator[Session]:
+    def session(self, *, create: bool = False) -> Iterator[Session]:
+        """A session with its ledger open (``create``: make the ledger when missing)."""
+        s = self._take(create)
+        try:
+            with _GATE.using():
+                yield s
+        finally:
+            self._give(s)
+
+    @contextmanager
+    def _declarations(self) -> Iterator[Session]:
+        """Config and providers only: no ledger is opened."""
         with Session(db=self.db, config_path=self.config_path) as s:
             yield s
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._open -= len(idle)
+        for s in idle:
+            s.close()
+
+    def __enter__(self) -> Toolbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ------------------------------------------------------------ declarations
     def operations(self) -> list[Operation]:
         """Every configured operation, by tool name; a name two operations would share
         (or a read-only tool's name) is a config error."""
         out: dict[str, Operation] = {}
-        with self.session() as s:
+        with self._declarations() as s:
             reg = s.registry()
             for provider in reg.names():
                 for operation, spec in sorted(reg.provider(provider).operations().items()):
@@ -368,16 +488,21 @@ class Toolbox:
         return list(out.values())
 
     def operation(self, provider: str, operation: str) -> Operation:
-        with self.session() as s:
+        with self._declarations() as s:
             spec = s.registry().operation(provider, operation)
         confirm = needs_confirmation(spec) or f"{provider}.{operation}" in self.confirm_ops
         return Operation(tool_name(provider, operation), provider, operation, spec, confirm)
 
     def prepare(self) -> str:
-        """Open (and create when missing) the ledger; return where it is."""
-        with self.session() as s:
-            s.ledger(create=True)
-            return s.ledger_location()
+        """Create the ledger when missing and open the pool; return where the ledger is."""
+        held = []
+        try:
+            for _ in range(max(1, self.pool)):
+                held.append(self._take(create=True))
+            return held[0].ledger_location()
+        finally:
+            for s in held:
+                self._give(s)
 
     # ------------------------------------------------------------ acting
     def submit(self, op: Operation, action_id: Any, params: Any) -> Submitted:
@@ -385,9 +510,11 @@ class Toolbox:
         (the claim makes a repeated id a no-op). A record left ``PENDING`` (this
         operation needs confirmation, or ``settled dispatch --needs-confirmation``
         recorded it) comes back with ``awaiting_confirmation``."""
+        from ..dispatch import Outcome
+
         aid = check_action_id(action_id)
         values = check_params(op, params)
-        with self.session() as s:
+        with self.session(create=True) as s:
             try:
                 report = s.dispatcher(self.actor).submit(
                     op.provider,
@@ -403,12 +530,10 @@ class Toolbox:
                 ) from None
         rec = report.record
         assert rec is not None  # submit always returns the record it made or found
-        note = (
-            "repeated action_id: nothing sent again"
-            if report.message.startswith("action already exists")
-            else ""
-        )
-        return Submitted(result_for(rec, note), rec.status is Status.PENDING)
+        # A new action was dispatched or recorded; any other outcome found an existing one.
+        repeated = report.outcome not in (Outcome.DISPATCHED, Outcome.RECORDED)
+        note = "repeated action_id: nothing sent again" if repeated else ""
+        return Submitted(result_for(rec, note), rec, repeated)
 
     def confirm(self, action_id: str, *, by: str = "") -> ToolResult:
         """A person approved: the same atomic claim as ``settled confirm``; whoever
@@ -431,7 +556,7 @@ class Toolbox:
     def question(self, op: Operation, action_id: str) -> str:
         """What a person is asked before a recorded action is sent."""
         with self.session() as s:
-            rec = _get(s.ledger(create=False), check_action_id(action_id))
+            rec = _get(s.ledger(), check_action_id(action_id))
         shown = dumps(rec.params)
         if len(shown) > 600:
             shown = shown[:600] + "…"
@@ -452,9 +577,9 @@ class Toolbox:
     def unconfirmed(self, action_id: str, why: str) -> ToolResult:
         """The record as it stands after a person did not approve it."""
         with self.session() as s:
-            rec = _get(s.ledger(create=False), check_action_id(action_id))
+            rec = _get(s.ledger(), check_action_id(action_id))
         if rec.status is not Status.PENDING:
-            return result_for(rec)
+            return result_for(rec, f"{why}, but another caller had already confirmed it")
         return result_for(rec, f"{why}: nothing was sent")
 
     # ------------------------------------------------------------ reading
@@ -463,7 +588,7 @@ class Toolbox:
         due: never sooner or more often than the record's schedule."""
         aid = check_action_id(action_id)
         with self.session() as s:
-            ledger = s.ledger(create=False)
+            ledger = s.ledger()
             rec = _get(ledger, aid)
             if _due(rec):
                 s.reconciler(actor=f"{self.actor}-check").run_ids([aid])
@@ -473,23 +598,19 @@ class Toolbox:
     def unresolved(self, limit: int = 100) -> list[ToolResult]:
         """The queue: DENIED_UNRESOLVED actions, oldest first."""
         with self.session() as s:
-            recs = s.ledger(create=False).query(
-                statuses=[str(Status.DENIED_UNRESOLVED)], limit=limit
-            )
+            recs = s.ledger().query(statuses=[str(Status.DENIED_UNRESOLVED)], limit=limit)
         return [result_for(r) for r in recs]
 
     def queue_json(self, limit: int = 500) -> list[dict[str, Any]]:
         with self.session() as s:
-            recs = s.ledger(create=False).query(
-                statuses=[str(Status.DENIED_UNRESOLVED)], limit=limit
-            )
+            recs = s.ledger().query(statuses=[str(Status.DENIED_UNRESOLVED)], limit=limit)
         return [{**r.to_json(), "agent_status": agent_status(r)} for r in recs]
 
     def timeline(self, action_id: str) -> dict[str, Any]:
         """The record, its agent status and its events, oldest first."""
         aid = check_action_id(action_id)
         with self.session() as s:
-            ledger = s.ledger(create=False)
+            ledger = s.ledger()
             rec = _get(ledger, aid)
             events = ledger.events(aid)
         data = rec.to_json()

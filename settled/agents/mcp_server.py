@@ -19,8 +19,9 @@ connections, an ``InputRequiredResult`` round on 2026-07-28 connections). An
 approval goes through the same atomic claim as ``settled confirm``; without
 elicitation the result is ``accepted``, awaiting ``settled confirm`` from a shell.
 
-Ledger and provider calls are blocking: they run in worker threads, each with its
-own session, so concurrent calls never share a database connection.
+Ledger and provider calls are blocking: they run in worker threads, each with a
+session of its own from a pool opened at start, so concurrent calls never share a
+database connection and no ledger is opened while another call is writing.
 """
 
 from __future__ import annotations
@@ -45,11 +46,13 @@ from .core import (
     QUEUE_SCHEMA,
     RESULT_SCHEMA,
     Operation,
+    Submitted,
     Toolbox,
     ToolResult,
     check_action_id,
     check_arguments,
     dumps,
+    result_for,
 )
 
 log = logging.getLogger("settled.mcp")
@@ -57,6 +60,7 @@ log = logging.getLogger("settled.mcp")
 CONFIRM_KEY = "settled_confirm"  # the input request's key on 2026-07-28 connections
 CONFIRM_TIMEOUT = 600.0  # s a person has to answer; then the action stays awaiting confirmation
 INPUT_REQUIRED_VERSION = "2026-07-28"  # first revision that asks through InputRequiredResult
+POOL = 8  # ledger sessions kept open: tool calls that run side by side
 RESOURCE_NOT_FOUND = -32002  # the JSON-RPC error code MCP gives an unknown resource
 QUEUE_URI = "settled://queue"
 ACTION_URI = "settled://actions/"
@@ -95,21 +99,32 @@ def tool_error(message: str) -> types.CallToolResult:
     return types.CallToolResult(content=_text(" ".join(message.split())[:1000]), is_error=True)
 
 
-def _error_line(exc: BaseException) -> str:
-    if isinstance(exc, SettledError):
-        return f"error: {exc}"
-    # A bug, not an answer: say so in one line; the traceback goes to the server's log.
-    log.error("internal error in a tool call", exc_info=exc)
-    return f"internal error: {type(exc).__name__}: {exc}"
+def _can_ask(caps: types.ClientCapabilities | None) -> bool:
+    """The client can show a form to a person (an empty ``elicitation`` object means
+    form mode, as the protocol had it before modes existed)."""
+    if caps is None or caps.elicitation is None:
+        return False
+    return caps.elicitation.form is not None or caps.elicitation.url is None
 
 
 class SettledMCP:
-    """The tools, resources and elicitation flow of one ``settled mcp`` server."""
+    """The tools, resources and elicitation flow of one ``settled mcp`` server.
 
-    def __init__(self, toolbox: Toolbox) -> None:
+    ``debug`` logs the traceback of an internal error (a bug) on the server's stderr;
+    otherwise it is one line there too. The client always gets one line."""
+
+    def __init__(self, toolbox: Toolbox, *, debug: bool = False) -> None:
         self.toolbox = toolbox
+        self.debug = debug
         self.ops = {op.name: op for op in toolbox.operations()}
         self.tools = [self._tool(op) for op in self.ops.values()] + self._read_tools()
+
+    def _error_line(self, exc: BaseException) -> str:
+        if isinstance(exc, SettledError):
+            return f"error: {exc}"
+        line = f"internal error: {type(exc).__name__}: {exc}"
+        log.error("settled mcp: %s", " ".join(line.split()), exc_info=exc if self.debug else None)
+        return line
 
     # ------------------------------------------------------------ declarations
     @staticmethod
@@ -191,7 +206,7 @@ class SettledMCP:
         try:
             return await self._call(ctx, params)
         except Exception as exc:  # the tool boundary: every failure is one isError line
-            return tool_error(_error_line(exc))
+            return tool_error(self._error_line(exc))
 
     async def _call(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -220,8 +235,11 @@ class SettledMCP:
             self.toolbox.submit, op, args.get("action_id"), args.get("params")
         )
         if not submitted.awaiting_confirmation:
+            if CONFIRM_KEY in (params.input_responses or {}):  # answered, but too late
+                note = "another caller confirmed it while the person was asked: sent once"
+                return tool_result(result_for(submitted.record, note))
             return tool_result(submitted.result)
-        return await self._confirmation(ctx, params, op, submitted.result)
+        return await self._confirmation(ctx, params, op, submitted)
 
     # ------------------------------------------------------------ confirmation
     async def _confirmation(
@@ -229,17 +247,18 @@ class SettledMCP:
         ctx: ServerRequestContext[Any],
         params: types.CallToolRequestParams,
         op: Operation,
-        recorded: ToolResult,
+        submitted: Submitted,
     ) -> types.CallToolResult | types.InputRequiredResult:
         """The record is PENDING: ask the person where the client can, else say so."""
-        aid = recorded.action_id
-        caps = ctx.session.client_capabilities
-        if caps is None or caps.elicitation is None:
-            return tool_result(recorded)  # accepted: awaiting a person's confirmation
+        aid = submitted.result.action_id
+        if not _can_ask(ctx.session.client_capabilities):
+            return tool_result(submitted.result)  # accepted: awaiting a person's confirmation
         message = await _thread(self.toolbox.question, op, aid)
         if is_version_at_least(ctx.protocol_version, INPUT_REQUIRED_VERSION):
             answer = (params.input_responses or {}).get(CONFIRM_KEY)
-            if not isinstance(answer, types.ElicitResult):
+            # An answer counts only in a round after the one that recorded the action:
+            # the person must have been shown the question.
+            if not isinstance(answer, types.ElicitResult) or not submitted.repeated:
                 request = types.ElicitRequest(
                     params=types.ElicitRequestFormParams(
                         message=message, requested_schema=CONFIRM_SCHEMA
@@ -325,7 +344,7 @@ class SettledMCP:
                 from mcp.shared.exceptions import MCPError
 
                 code = RESOURCE_NOT_FOUND if isinstance(exc, NotFound) else types.INTERNAL_ERROR
-                raise MCPError(code, " ".join(_error_line(exc).split())[:1000]) from None
+                raise MCPError(code, " ".join(self._error_line(exc).split())[:1000]) from None
 
         return Server(
             "settled",
@@ -345,9 +364,14 @@ async def _thread(fn: Callable[..., T], *args: Any) -> T:
     return await anyio.to_thread.run_sync(fn, *args)
 
 
-def build_server(toolbox: Toolbox | None = None) -> Server[Any]:
-    """The MCP server for ``toolbox`` (default: the environment's config and ledger)."""
-    return SettledMCP(toolbox or Toolbox(actor="mcp")).server()
+def build_server(toolbox: Toolbox | None = None, *, debug: bool = False) -> Server[Any]:
+    """The MCP server for ``toolbox`` (default: the environment's config and ledger).
+    Config mistakes surface here; the ledger is created when missing, as
+    ``settled dispatch`` would."""
+    toolbox = toolbox or Toolbox(actor="mcp", pool=POOL)
+    mcp = SettledMCP(toolbox, debug=debug)
+    toolbox.prepare()
+    return mcp.server()
 
 
 def serve(server: Server[Any], address: tuple[str, int] | None = None) -> None:
@@ -369,6 +393,7 @@ def serve_http(server: Server[Any], host: str, port: int) -> None:
     """Streamable HTTP at ``http://HOST:PORT/mcp``, with the SDK's DNS-rebinding
     protection for loopback hosts. The bound address (port 0 picks a free one) is
     printed on stderr before serving."""
+    import signal
     import socket
     import sys
 
@@ -390,6 +415,11 @@ def serve_http(server: Server[Any], host: str, port: int) -> None:
     print(f"settled mcp: serving streamable HTTP at http://{shown}:{bound}/mcp", file=sys.stderr)
     sys.stderr.flush()
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    # uvicorn stops gracefully on SIGTERM/SIGINT, then re-raises the signal to the
+    # handlers it found: with these, a requested stop ends in exit 0, as the daemon's does.
+    stops: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: stops.append(signum))
     uvicorn.Server(config).run(sockets=[sock])
 
 

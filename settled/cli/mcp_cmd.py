@@ -4,6 +4,8 @@ The MCP SDK is an optional extra; it is imported only when the command runs."""
 
 from __future__ import annotations
 
+import os
+
 import typer
 
 from .common import STATE
@@ -52,8 +54,8 @@ def register(app: typer.Typer) -> None:
         except ImportError:
             raise UsageError("settled mcp needs the MCP SDK: pip install 'settled[mcp]'") from None
         from ..agents.core import Toolbox
-        from ..agents.mcp_server import SettledMCP, serve
+        from ..agents.mcp_server import POOL, build_server, serve
 
-        toolbox = Toolbox(db=STATE.db, config_path=STATE.config_path, actor="mcp")
-        toolbox.prepare()
-        serve(SettledMCP(toolbox).server(), address)
+        debug = bool(os.environ.get("SETTLED_DEBUG"))
+        with Toolbox(db=STATE.db, config_path=STATE.config_path, actor="mcp", pool=POOL) as box:
+            serve(build_server(box, debug=debug), address)
