@@ -153,13 +153,14 @@ async def run(workdir: Path, sim: SimServer) -> bool:
     config.write_text(CONFIG.format(url=sim.url))
     db = workdir / "settled.db"
     env = dict(os.environ, SETTLED_DB=str(db), SETTLED_CONFIG=str(config))
-    # The booking needs a person's confirmation (Toolbox(confirm=...) adds it here; an
-    # operation can also declare it).
-    toolbox = Toolbox(db=str(db), config_path=str(config), actor="mcp", confirm={"calendar.book"})
-    toolbox.prepare()
-
+    # The server as `settled mcp` builds it, in this process. The booking needs a
+    # person's confirmation: Toolbox(confirm=...) adds that here; an operation can also
+    # declare it.
+    toolbox = Toolbox(
+        db=str(db), config_path=str(config), actor="mcp", confirm={"calendar.book"}, pool=4
+    )
     model, user = ScriptedModel(), User(env)
-    with anyio.fail_after(60):
+    with toolbox, anyio.fail_after(60):
         async with Client(build_server(toolbox), elicitation_callback=user) as client:
             names = [t.name for t in (await client.list_tools()).tools]
             print(f"tools: {', '.join(names)}")

@@ -17,7 +17,7 @@ from invariants import check
 import settled
 from settled.agents import call, tool_specs, tools
 from settled.agents.core import Operation, Toolbox, agent_status, check_params, result_for
-from settled.errors import Conflict, LedgerError, NotFound, UnknownProvider, UsageError
+from settled.errors import ConfigError, Conflict, LedgerError, NotFound, UnknownProvider, UsageError
 from settled.ledger import Ledger
 from settled.model import Acceptance, ActionRecord, Delivery, Status, Tier
 from settled.providers.sim_server import SimServer
@@ -168,6 +168,9 @@ def test_a_declared_params_schema_is_enforced() -> None:
     with pytest.raises(UsageError, match=r"at params/to"):
         check_params(op, {"to": 5})
     assert op.input_schema()["required"] == ["action_id", "params"]
+    broken = Declared("send", Tier.RECONCILABLE, params_schema={"type": 5})
+    with pytest.raises(ConfigError, match="params_schema is not a valid JSON schema"):
+        check_params(Operation("m_send", "m", "send", broken, False), {})
     plain = Operation("m_send", "m", "send", OperationSpec("send", Tier.RECONCILABLE), False)
     with pytest.raises(UsageError, match="must be a JSON object"):
         check_params(plain, [1])

@@ -106,19 +106,21 @@ class DeclaredToolbox(Toolbox):
             op = found
             if op.operation == "send":
                 spec = DeclaredSpec(
-                    **asdict(op.spec),
-                    destructive=False,
-                    title="Send a mail",
-                    description="Sends one mail.",
-                    params_schema={
-                        "type": "object",
-                        "properties": {"to": {"type": "string", "format": "email"}},
-                        "required": ["to"],
-                    },
+                    **{
+                        **asdict(op.spec),  # the declarations may be OperationSpec's own
+                        "destructive": False,
+                        "title": "Send a mail",
+                        "description": "Sends one mail.",
+                        "params_schema": {
+                            "type": "object",
+                            "properties": {"to": {"type": "string", "format": "email"}},
+                            "required": ["to"],
+                        },
+                    }
                 )
                 op = Operation(op.name, op.provider, op.operation, spec, False)
             elif op.operation == "book":
-                spec = DeclaredSpec(**asdict(op.spec), needs_confirmation=True)
+                spec = DeclaredSpec(**{**asdict(op.spec), "needs_confirmation": True})
                 op = Operation(op.name, op.provider, op.operation, spec, True)
             out.append(op)
         return out
@@ -189,6 +191,8 @@ MATRIX = [
     ("book", "5xx_before", "uncertain", "uncertain"),
     ("book", "drop", "uncertain", "uncertain"),
     ("book", "lost_after_accept", "accepted", "uncertain"),
+    ("book", "badutf8", "accepted", "success"),
+    ("book", "huge", "accepted", "success"),
     ("send", "ok", "accepted", "success"),
     ("send", "lag:0.3", "accepted", "success"),
     ("send", "garbage", "accepted", "success"),

@@ -174,6 +174,9 @@ def test_import_settled_cli_loads_no_mcp() -> None:
     )
     assert p.stdout.strip() == ""
     assert "mcp" in run_cli("--help").stdout
+    helped = run_cli("mcp", "--help")
+    assert helped.returncode == 0 and "--http HOST:PORT" in helped.stdout
+    assert "settled mcp" in (ROOT / "docs" / "agents.md").read_text()
 
 
 def test_settled_mcp_refuses_bad_config_and_non_loopback(sim: SimServer, tmp_path: Path) -> None:

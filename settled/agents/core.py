@@ -1,9 +1,10 @@
 """The honest tool layer: what an agent's tool call does, and what reaches the model.
 
 Every path an agent uses (the MCP server, ``settled.tool``, the JSON-schema specs)
-goes through :class:`Toolbox`, which opens a :class:`~settled.session.Session` per
-call, so that a tool call, a shell command and the daemon work on one ledger with
-one claim. What the model reads is a :class:`ToolResult`, derived from the record
+goes through :class:`Toolbox`, whose calls each work in a
+:class:`~settled.session.Session` of their own (from a pool, or opened for the call),
+so that a tool call, a shell command and the daemon work on one ledger with one
+claim. What the model reads is a :class:`ToolResult`, derived from the record
 alone (``agent_status``):
 
     CONFIRMED                                   -> success    effect observed
@@ -295,8 +296,15 @@ def check_params(op: Operation, params: Any) -> dict[str, Any]:
                 f"{op.provider}.{op.operation} declares a params schema; checking it needs "
                 "jsonschema: pip install 'settled[mcp]'"
             ) from None
-        validator = validators.validator_for(schema)(schema)
-        error = exceptions.best_match(validator.iter_errors(params))
+        cls = validators.validator_for(schema)
+        try:
+            cls.check_schema(schema)
+        except exceptions.SchemaError as exc:
+            raise ConfigError(
+                f"providers.{op.provider}.operations.{op.operation}: params_schema is not a "
+                f"valid JSON schema: {_one_line(exc.message)[:300]}"
+            ) from None
+        error = exceptions.best_match(cls(schema).iter_errors(params))
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path)
             at = f" (at params/{where})" if where else ""
