@@ -236,3 +236,12 @@ def test_the_docs_python_example_runs(
     monkeypatch.chdir(tmp_path)
     exec(compile(block.group(1), "docs/agents.md", "exec"), {})
     assert len(sim.requests_for("order-42-receipt")) == 1
+
+
+def test_reasons_reach_the_model_as_one_line_of_escaped_text() -> None:
+    rec = _record(Status.FAILED, reason="HTTP 422; body: \x1b[31mno\x1b[0m\r\nsecond\x07 line")
+    res = result_for(rec)
+    for text in (res.text, res.reason):
+        assert "\x1b" not in text and "\x07" not in text and "\n" not in text
+        assert text.isprintable()
+    assert "\\x1b[31mno\\x1b[0m second\\x07 line" in res.reason

@@ -169,14 +169,19 @@ def result_for(rec: ActionRecord, note: str = "") -> ToolResult:
         tail = f"{reason}; call check_action {after}"
     if note:
         tail = f"{note}; {tail}"
-    text = _one_line(f"{status}: {rec.provider}.{rec.operation} {rec.action_id} — {tail}")
+    text = one_line(f"{status}: {rec.provider}.{rec.operation} {rec.action_id} — {tail}")
     return ToolResult(
-        rec.action_id, status, str(rec.status), _one_line(reason), rec.next_check_at, text
+        rec.action_id, status, str(rec.status), one_line(reason), rec.next_check_at, text
     )
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
+def one_line(text: str) -> str:
+    """One line of plain text: whitespace runs become one space, and control or escape
+    characters (from provider replies, say) are shown escaped, never interpreted."""
+    flat = " ".join(text.split())
+    if flat.isprintable():
+        return flat
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in flat)
 
 
 # --------------------------------------------------------------------------- declarations
@@ -302,7 +307,7 @@ def check_params(op: Operation, params: Any) -> dict[str, Any]:
         except exceptions.SchemaError as exc:
             raise ConfigError(
                 f"providers.{op.provider}.operations.{op.operation}: params_schema is not a "
-                f"valid JSON schema: {_one_line(exc.message)[:300]}"
+                f"valid JSON schema: {one_line(exc.message)[:300]}"
             ) from None
         error = exceptions.best_match(cls(schema).iter_errors(params))
         if error is not None:
@@ -310,7 +315,7 @@ def check_params(op: Operation, params: Any) -> dict[str, Any]:
             at = f" (at params/{where})" if where else ""
             raise UsageError(
                 f"params do not match {op.provider}.{op.operation}'s schema: "
-                f"{_one_line(error.message)[:300]}{at}"
+                f"{one_line(error.message)[:300]}{at}"
             )
     return params
 
@@ -665,6 +670,7 @@ __all__ = [
     "check_arguments",
     "check_params",
     "needs_confirmation",
+    "one_line",
     "result_for",
     "tool_name",
 ]

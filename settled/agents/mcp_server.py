@@ -27,6 +27,7 @@ database connection and no ledger is opened while another call is writing.
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import unquote
@@ -52,6 +53,7 @@ from .core import (
     check_action_id,
     check_arguments,
     dumps,
+    one_line,
     result_for,
 )
 
@@ -96,7 +98,7 @@ def tool_result(result: ToolResult) -> types.CallToolResult:
 
 
 def tool_error(message: str) -> types.CallToolResult:
-    return types.CallToolResult(content=_text(" ".join(message.split())[:1000]), is_error=True)
+    return types.CallToolResult(content=_text(one_line(message)[:1000]), is_error=True)
 
 
 def _can_ask(caps: types.ClientCapabilities | None) -> bool:
@@ -122,8 +124,10 @@ class SettledMCP:
     def _error_line(self, exc: BaseException) -> str:
         if isinstance(exc, SettledError):
             return f"error: {exc}"
+        if isinstance(exc, sqlite3.DatabaseError):  # the ledger file, not settled, is broken
+            return f"error: ledger: {exc}"
         line = f"internal error: {type(exc).__name__}: {exc}"
-        log.error("settled mcp: %s", " ".join(line.split()), exc_info=exc if self.debug else None)
+        log.error("settled mcp: %s", one_line(line), exc_info=exc if self.debug else None)
         return line
 
     # ------------------------------------------------------------ declarations
@@ -224,7 +228,7 @@ class SettledMCP:
             rows = await _thread(self.toolbox.unresolved, limit)
             text = f"{len(rows)} unresolved action(s)" + "".join(f"; {r.text}" for r in rows[:20])
             return types.CallToolResult(
-                content=_text(" ".join(text.split())),
+                content=_text(one_line(text)),
                 structured_content={"count": len(rows), "actions": [r.to_json() for r in rows]},
             )
         op = self.ops.get(name)
@@ -344,7 +348,7 @@ class SettledMCP:
                 from mcp.shared.exceptions import MCPError
 
                 code = RESOURCE_NOT_FOUND if isinstance(exc, NotFound) else types.INTERNAL_ERROR
-                raise MCPError(code, " ".join(self._error_line(exc).split())[:1000]) from None
+                raise MCPError(code, one_line(self._error_line(exc))[:1000]) from None
 
         return Server(
             "settled",
