@@ -21,7 +21,7 @@ from typing import Any
 
 from settled.clock import Clock, from_text
 from settled.ledger import Ledger
-from settled.model import TRANSITIONS, Acceptance, ActionRecord, Status
+from settled.model import CORRECTIONS, TRANSITIONS, Acceptance, ActionRecord, EventKind, Status
 from settled.providers.sim_server import SimServer
 from settled.reconcile import Reconciler
 
@@ -81,7 +81,11 @@ def check_events(ledger: Ledger, rec: ActionRecord) -> int:
             f"but the log had reached {state}"
         )
         move = (Status(ev.from_status), Status(ev.to_status))
-        assert move in TRANSITIONS, f"{rec.action_id}: event {ev.id} {move} is not in the table"
+        if ev.kind == EventKind.NOTE:  # evidence that moves nothing
+            assert move[0] is move[1], f"{rec.action_id}: note {ev.id} moves {move}"
+            continue
+        allowed = move in TRANSITIONS or (ev.kind == EventKind.RESOLVED and move in CORRECTIONS)
+        assert allowed, f"{rec.action_id}: event {ev.id} {move} is not in the table"
         assert ev.actor, f"{rec.action_id}: event {ev.id} has no actor"
         state = Status(ev.to_status)
     assert state is rec.status, f"{rec.action_id}: log replays to {state}, record says {rec.status}"
@@ -138,10 +142,10 @@ def check(
         assert effects <= 1, f"{where}: {effects} effects applied"
         if rec.status is Status.CONFIRMED:
             assert effects == 1, f"{where}: CONFIRMED without an applied effect"
-            assert rec.acceptance is Acceptance.ACCEPTED and rec.confirmed_by, where
+            assert rec.acceptance is Acceptance.APPLIED and rec.confirmed_by, where
         if rec.status is Status.FAILED:
             assert effects == 0, f"{where}: FAILED although the effect was applied"
-            assert rec.acceptance is Acceptance.REJECTED, where
+            assert rec.acceptance is Acceptance.NOT_APPLIED, where
         known = {f"{aid}:{n}" for n in range(1, rec.attempt + 1)}
         keys = Counter(r["idempotency_key"] for r in reqs if r["idempotency_key"] is not None)
         assert set(keys) <= known, f"{where}: requests under unknown keys {set(keys) - known}"

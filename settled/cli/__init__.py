@@ -8,7 +8,6 @@ commands that need them, so ``settled show ID --json`` starts fast.
 from __future__ import annotations
 
 import os
-import sqlite3
 import sys
 
 import typer
@@ -71,12 +70,7 @@ def main(argv: list[str] | None = None) -> None:
         if debug:
             raise
         print(f"settled: error: {common.one_line(str(exc))}", file=sys.stderr)
-        code = exc.exit_code
-    except sqlite3.DatabaseError as exc:
-        if debug:
-            raise
-        print(f"settled: error: ledger: {common.one_line(str(exc))}", file=sys.stderr)
-        code = 1
+        code = common.exit_for(exc)
     except KeyboardInterrupt:
         print("settled: interrupted", file=sys.stderr)
         code = 130

@@ -25,6 +25,20 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_UNRESOLVED = 4
 EXIT_NOT_FOUND = 6
+EXIT_CONFLICT = 7
+
+
+def exit_for(exc: Exception) -> int:
+    """The exit code of one of settled's own errors (DESIGN.md §2)."""
+    from ..errors import Conflict, NotFound, OutcomeNotRecorded
+
+    if isinstance(exc, NotFound):
+        return EXIT_NOT_FOUND
+    if isinstance(exc, Conflict):
+        return EXIT_CONFLICT
+    if isinstance(exc, OutcomeNotRecorded):  # sent; the record stays IN_FLIGHT
+        return EXIT_BY_STATUS[Status.IN_FLIGHT]
+    return EXIT_ERROR
 
 
 def report_exit(report: Any) -> int:

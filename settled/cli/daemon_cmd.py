@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"--interval {interval!r}: must be a number of seconds > 0")
         sweeper = Sweeper(
             STATE.ledger(), STATE.registry(), interval=every, batch=cfg.reconcile_batch,
-            lease=cfg.reconcile_lease,
+            lease=cfg.reconcile_lease, probe=STATE.probe,
         )
 
         def on_signal(signum: int, _frame: object) -> None:

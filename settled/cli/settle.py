@@ -38,11 +38,11 @@ def render_pass(report: Any) -> None:
             f"[bold]{ch.action_id}[/]  {ch.from_status} → [{style}]{ch.to_status}[/]  ({ch.kind})"
         )
         con.print(f"  why:  {one_line(ch.reason)}", markup=False)
-    for ch in report.skipped:
+    for ch in [*report.waiting, *report.skipped]:
         con.print(f"{ch.action_id}  {ch.from_status}  ({ch.kind})", markup=False)
         con.print(f"  why:  {one_line(ch.reason)}", markup=False)
     counts = ", ".join(f"{n} {s}" for s, n in sorted(report.counts().items())) or "no status change"
-    waiting = sum(1 for ch in report.skipped if ch.kind == "waiting")
+    waiting = len(report.waiting)
     tail = f"; {waiting} still waiting" if waiting else ""
     stopped = " (stopped early; the rest was handed back)" if report.stopped else ""
     console(stderr=True).print(f"examined {report.examined}: {counts}{tail}{stopped}", markup=False)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..clock import Clock, to_text
+from ..crashpoints import Probe, no_probe
 from ..errors import SettledError
 from ..ledger import Ledger
 from ..reconcile import DEFAULT_BATCH, DEFAULT_LEASE, Change, Reconciler
@@ -67,14 +68,24 @@ class Sweeper:
     interval: float = 5.0
     batch: int = DEFAULT_BATCH
     lease: float = DEFAULT_LEASE
-    clock: Clock = field(default_factory=Clock)
+    clock: Clock | None = None  # default: the ledger's
+    probe: Probe = no_probe
     log: Log = field(default_factory=json_lines)
     name: str = field(default_factory=lambda: f"daemon:{os.getpid()}")
     _stop: threading.Event = field(default_factory=threading.Event)
     passes: int = 0
 
+    def __post_init__(self) -> None:
+        if self.clock is None:
+            self.clock = self.ledger.clock()
+
+    @property
+    def now_text(self) -> str:
+        assert self.clock is not None
+        return to_text(self.clock.now())
+
     def emit(self, event: str, **fields: Any) -> None:
-        self.log({"time": to_text(self.clock.now()), "event": event, "daemon": self.name,
+        self.log({"time": self.now_text, "event": event, "daemon": self.name,
                   **fields})
 
     def request_stop(self, why: str = "stop requested") -> None:
@@ -87,7 +98,7 @@ class Sweeper:
         return self._stop.is_set()
 
     def _transition(self, ch: Change) -> None:
-        self.log({"time": ch.at or to_text(self.clock.now()), "event": "transition",
+        self.log({"time": ch.at or self.now_text, "event": "transition",
                   "daemon": self.name, "action_id": ch.action_id, "from": ch.from_status,
                   "to": ch.to_status, "kind": ch.kind, "reason": " ".join(ch.reason.split())})
 
@@ -100,6 +111,7 @@ class Sweeper:
         rec = Reconciler(
             self.ledger, self.registry, clock=self.clock, actor=self.name, batch=self.batch,
             lease=self.lease, on_change=self._transition, stop_requested=self._stop.is_set,
+            probe=self.probe,
         )
         try:
             report = rec.run_due()
@@ -114,7 +126,7 @@ class Sweeper:
                       message=" ".join(str(exc).split()))
             return
         if report.examined or report.stopped:
-            waiting = sum(1 for ch in report.skipped if ch.kind == "waiting")
+            waiting = len(report.waiting)
             self.emit("pass", examined=report.examined, counts=report.counts(),
                       waiting=waiting, stopped=report.stopped)
 
@@ -122,12 +134,12 @@ class Sweeper:
         """Run passes every ``interval`` seconds until ``request_stop``; 0 when it
         stopped cleanly."""
         self.emit("started", interval=self.interval, batch=self.batch, once=once,
-                  ledger=self.ledger.path)
+                  ledger=self.ledger.location)
         if once:
             self.run_pass()
             self.emit("stopped", passes=self.passes)
             return 0
-        from datetime import UTC
+        from datetime import UTC, datetime
 
         from apscheduler.executors.pool import ThreadPoolExecutor
         from apscheduler.schedulers.background import BackgroundScheduler
@@ -143,7 +155,7 @@ class Sweeper:
         )
         scheduler.add_job(
             self.run_pass, "interval", seconds=self.interval, id="reconcile-due",
-            next_run_time=self.clock.now(),
+            next_run_time=datetime.now(UTC),
         )
         scheduler.start()
         try:
