@@ -47,6 +47,9 @@ class OperationSpec:
     title: str = ""  # a human title
     description: str = ""  # what the operation does, in words
     params_schema: Mapping[str, Any] | None = None  # JSON schema of params, where declared
+    # A person confirms each action before it is sent (agents ask through MCP
+    # elicitation; elsewhere `settled confirm` sends it).
+    needs_confirmation: bool = False
     # The query can prove absence (a declared 404 or ``not_applied`` status). It counts
     # only after the record's landing time (DESIGN.md rule 9), which the core enforces.
     absence_proof: bool = False
@@ -81,6 +84,8 @@ class OperationSpec:
             "predicate": self.predicate,
             "absence_proof": self.absence_proof,
             "key_param": self.key_param,
+            "needs_confirmation": self.needs_confirmation,
+            "destructive": self.destructive,
         }
 
 

@@ -72,6 +72,8 @@ OPERATION_KEYS = (
     "title",
     "description",
     "destructive",
+    "needs_confirmation",
+    "params_schema",
     "consistency_window",
     "attempts",
     "backoff",
@@ -401,8 +403,16 @@ def _operation(c: _Checker, name: str, conf: Any, default_timeout: float) -> _Op
     for k in ("title", "description"):
         if k in conf and (not isinstance(conf[k], str) or has_control(conf[k])):
             raise c.fail(f"{key}.{k}", "must be a one-line string")
-    if "destructive" in conf and not isinstance(conf["destructive"], bool):
-        raise c.fail(f"{key}.destructive", "must be true or false")
+    for k in ("destructive", "needs_confirmation"):
+        if k in conf and not isinstance(conf[k], bool):
+            raise c.fail(f"{key}.{k}", "must be true or false")
+    schema = conf.get("params_schema")
+    if schema is not None and (not isinstance(schema, Mapping) or schema.get("type") != "object"):
+        raise c.fail(
+            f"{key}.params_schema",
+            'must be a JSON schema for an object, e.g. params_schema = { type = "object", '
+            'required = ["to"], properties = { to = { type = "string" } } }',
+        )
 
     key_param = conf.get("reconciliation_key_param")
     if key_param is not None:
@@ -568,7 +578,8 @@ def _operation(c: _Checker, name: str, conf: Any, default_timeout: float) -> _Op
         destructive=conf.get("destructive", True),
         title=conf.get("title", ""),
         description=conf.get("description", ""),
-        params_schema=_params_schema(request),
+        params_schema=dict(schema) if schema is not None else _params_schema(request),
+        needs_confirmation=conf.get("needs_confirmation", False),
         absence_proof=query is not None and not_found == "not_applied",
         predicate=query is not None and (status is not None or bool(query.match)),
         key_param=key_param,
