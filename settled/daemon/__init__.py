@@ -109,13 +109,13 @@ class Sweeper:
         if self._stop.is_set():
             return
         self.passes += 1
-        rec = Reconciler(
+        reconciler = Reconciler(
             self.ledger, self.registry, clock=self.clock, actor=self.name, batch=self.batch,
             lease=self.lease, on_change=self._transition, stop_requested=self._stop.is_set,
             probe=self.probe,
         )
         try:
-            report = rec.run_due()
+            report = reconciler.run_due()
         except SettledError as exc:
             self.emit("pass_failed", level="error", error=type(exc).__name__,
                       message=" ".join(str(exc).split()))
