@@ -8,8 +8,9 @@ the default does nothing. Only a process entry point arms one, on a test's reque
 installed. Library code never reads the environment for it, so a stray variable
 cannot kill a real send.
 
-Points: ``before_claim``, ``before_commit:claimed``, ``after_claim``, ``after_send``
-(request written, reply not read), ``after_reply``, ``before_commit:<event kind>``
+Points: ``before_claim``, ``before_commit:claimed``, ``after_claim``, ``before_write``
+(connected, about to write the request: the last moment its lease is checked),
+``after_send`` (request written, reply not read), ``after_reply``, ``before_commit:<event kind>``
 (e.g. ``before_commit:outcome``), ``before_check``.
 """
 
@@ -27,6 +28,7 @@ POINTS = (
     "before_claim",
     "before_commit:claimed",
     "after_claim",
+    "before_write",
     "after_send",
     "after_reply",
     "before_commit:outcome",

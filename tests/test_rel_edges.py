@@ -113,15 +113,16 @@ def server() -> Iterator[SimServer]:
 
 
 @pytest.mark.parametrize("reconciled_meanwhile", [True, False], ids=["cron-ran", "nobody-looked"])
+@pytest.mark.parametrize("point", ["after_claim", "before_write"])
 def test_a_dispatcher_paused_past_its_lease_never_sends(
-    tmp_path: Path, server: SimServer, db_path: Path, reconciled_meanwhile: bool
+    tmp_path: Path, server: SimServer, db_path: Path, reconciled_meanwhile: bool, point: str
 ) -> None:
-    """Stopped right after its claim commits (Ctrl-Z, a paused VM), woken after its
-    lease lapsed: it must not send. Whatever a cron pass concluded meanwhile is then
-    true, and `retry` sends the one and only effect."""
+    """Stopped right after its claim commits, or connected and about to write (Ctrl-Z,
+    a paused VM, slow DNS), woken after its lease lapsed: it must not send. Whatever a
+    cron pass concluded meanwhile is then true, and `retry` sends the one effect."""
     api_config(tmp_path / "settled.toml", server.url)
     proc = popen_cli("dispatch", "api", "send", "--params", params("p1"), "--action-id", "p1",
-                     "--json", pause_at="after_claim")  # fmt: skip
+                     "--json", pause_at=point)  # fmt: skip
     try:
         wait_stopped(proc.pid)
         assert status_of("p1") == "IN_FLIGHT"
@@ -138,7 +139,7 @@ def test_a_dispatcher_paused_past_its_lease_never_sends(
         rec = ledger.get("p1")
         assert rec.contradiction is None
         if not reconciled_meanwhile:
-            assert "lease lapsed" in (rec.reason or "")
+            assert "lease lapsed" in (rec.reason or ""), rec.reason
     again = run_cli("retry", "p1", "--json")
     assert again.returncode == 3, again.stderr
     assert reconcile_until("p1", {"CONFIRMED"}) == "CONFIRMED"

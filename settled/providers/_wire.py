@@ -34,6 +34,7 @@ from urllib.parse import quote, quote_plus
 import httpcore
 import httpx
 
+from .. import crashpoints
 from ..clock import steady
 from .base import Wire
 
@@ -192,6 +193,7 @@ class _Trace:
     def __call__(self, event: str, info: Mapping[str, Any]) -> None:
         self.seen = True
         if event in _WRITE_STARTS:
+            crashpoints.hit("before_write")  # a pause here is what send_by is for
             now = steady()
             if self.send_by is not None and now >= self.send_by:
                 raise SendByPassed(
