@@ -360,16 +360,13 @@ class Ledger:
             for r in rows
         ]
 
-    def query(
-        self,
-        *,
-        statuses: Sequence[str] | None = None,
-        provider: str | None = None,
-        created_before: str | None = None,
-        limit: int | None = None,
-    ) -> list[ActionRecord]:
-        """Records filtered by status/provider/age, oldest first. Values are bound
-        parameters, never spliced into SQL."""
+    @staticmethod
+    def _where(
+        statuses: Sequence[str] | None,
+        provider: str | None,
+        operation: str | None,
+        created_before: str | None,
+    ) -> tuple[str, list[Any]]:
         where: list[str] = []
         args: list[Any] = []
         if statuses:
@@ -378,13 +375,27 @@ class Ledger:
         if provider:
             where.append("provider = ?")
             args.append(provider)
+        if operation:
+            where.append("operation = ?")
+            args.append(operation)
         if created_before:
             where.append("created_at < ?")
             args.append(created_before)
-        sql = "SELECT * FROM actions"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY created_at, action_id"
+        return (" WHERE " + " AND ".join(where)) if where else "", args
+
+    def query(
+        self,
+        *,
+        statuses: Sequence[str] | None = None,
+        provider: str | None = None,
+        operation: str | None = None,
+        created_before: str | None = None,
+        limit: int | None = None,
+    ) -> list[ActionRecord]:
+        """Records filtered by status/provider/operation/age, oldest first. Values are
+        bound parameters, never spliced into SQL."""
+        where, args = self._where(statuses, provider, operation, created_before)
+        sql = "SELECT * FROM actions" + where + " ORDER BY created_at, action_id"
         if limit is not None:
             sql += " LIMIT ?"
             args.append(int(limit))
@@ -395,6 +406,37 @@ class Ledger:
             return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
         return [ActionRecord.from_row(r) for r in self._retry(run)]
+
+    def count(
+        self,
+        *,
+        statuses: Sequence[str] | None = None,
+        provider: str | None = None,
+        operation: str | None = None,
+        created_before: str | None = None,
+    ) -> int:
+        """How many records ``query`` with the same filters would return, unlimited."""
+        where, args = self._where(statuses, provider, operation, created_before)
+        return int(self._read_one("SELECT count(*) FROM actions" + where, args)[0])
+
+    def ids(self, prefix: str = "", limit: int = 200) -> list[str]:
+        """Action ids starting with ``prefix`` (case-sensitive), in id order: shell
+        completion. A range on the key, so it reads only what it returns."""
+        rows = self._read_all(
+            "SELECT action_id FROM actions WHERE action_id >= ? AND action_id < ?"
+            " ORDER BY action_id LIMIT ?",
+            (prefix, prefix + "\U0010ffff", int(limit)),
+        )
+        return [str(r[0]) for r in rows]
+
+    def tally(self) -> list[tuple[str, str, str, int]]:
+        """``(status, provider, operation, count)`` for every combination present:
+        the names a filter may use, and the queue depth a monitor exports."""
+        rows = self._read_all(
+            "SELECT status, provider, operation, count(*) FROM actions"
+            " GROUP BY status, provider, operation ORDER BY provider, operation, status"
+        )
+        return [(str(r[0]), str(r[1]), str(r[2]), int(r[3])) for r in rows]
 
     # ------------------------------------------------------------ moves
     def transition(

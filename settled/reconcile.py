@@ -28,7 +28,8 @@ from __future__ import annotations
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -56,6 +57,9 @@ class Change:
     reason: str
     next_check_at: str | None = None
     at: str | None = None
+    provider: str = ""
+    operation: str = ""
+    seen: str | None = None  # what the check observed (a Seen value), when a query ran
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -104,7 +108,8 @@ class Reconciler:
     actor: str = "reconciler"
     batch: int = DEFAULT_BATCH
     lease: float = DEFAULT_LEASE
-    on_change: Callable[[Change], None] | None = None
+    on_change: Callable[[Change], None] | None = None  # every status move, after its commit
+    on_check: Callable[[Change], None] | None = None  # every check that moved nothing, after its commit
     stop_requested: Callable[[], bool] = lambda: False
     flush_after: float = DEFAULT_FLUSH_AFTER
     _queued: list[Callable[[sqlite3.Connection], None]] = field(
@@ -112,6 +117,9 @@ class Reconciler:
     )
     _queued_since: float = field(default=0.0, init=False, repr=False)
     _grouping: bool = field(default=False, init=False, repr=False)
+    _announce: list[tuple[Callable[[Change], None], Change]] = field(
+        default_factory=list, init=False, repr=False
+    )
     _specs: dict[tuple[str, str], tuple[OperationSpec | None, str]] = field(
         default_factory=dict, init=False, repr=False
     )
@@ -188,7 +196,7 @@ class Reconciler:
                            f"dispatch in progress; lease until {rec.lease_expires_at}")
                 )
                 return
-            with self.ledger.write() as c:
+            with self._tx() as c:
                 self._expire(c, rec, now, report)
             rec = self.ledger.get(aid)
             due = from_text(rec.next_check_at)
@@ -231,7 +239,7 @@ class Reconciler:
         owner = "r-" + uuid.uuid4().hex
         out: list[tuple[ActionRecord, str]] = []
         marks = ", ".join("?" * len(DUE_STATUSES))
-        with self.ledger.write() as c:
+        with self._tx() as c:
             self._run_queued(c)  # the previous batch's results: one commit for both
             # "+status": filter on status, never search by it. Without statistics
             # SQLite may otherwise pick the status index, read every row waiting for
@@ -263,7 +271,7 @@ class Reconciler:
 
     def _hand_back(self, held: list[tuple[ActionRecord, str]]) -> None:
         """Release rows this pass leased but will not check: due again at once."""
-        with self.ledger.write() as c:
+        with self._tx() as c:
             for rec, owner in held:
                 c.execute(
                     "UPDATE actions SET lease_owner = NULL, next_check_at = ?"
@@ -273,7 +281,7 @@ class Reconciler:
 
     def _lease_one(self, rec: ActionRecord, owner: str, now: datetime) -> ActionRecord | None:
         until = to_text(plus(now, self.lease))
-        with self.ledger.write() as c:
+        with self._tx() as c:
             cur = c.execute(
                 "UPDATE actions SET lease_owner = ?, next_check_at = ? WHERE action_id = ?"
                 " AND status = ? AND (lease_owner IS NULL OR next_check_at IS NULL"
@@ -333,7 +341,8 @@ class Reconciler:
         )
         if moved:
             self._note(report, Change(rec.action_id, "IN_FLIGHT", "DENIED_UNRESOLVED",
-                                      "lease_expired", reason, values["next_check_at"], at))
+                                      "lease_expired", reason, values["next_check_at"], at,
+                                      rec.provider, rec.operation))
 
     # ------------------------------------------------------------ checking
     def _spec(self, rec: ActionRecord) -> tuple[OperationSpec | None, str]:
@@ -427,7 +436,8 @@ class Reconciler:
                 if eligible is not None and nxt < eligible:
                     nxt = eligible  # an early (forced) check: the scheduled one still runs
                 reason = f"checked: {obs.seen}" + (f" ({obs.detail[:200]})" if obs.detail else "")
-                self._release(rec, owner, now, nxt, reason, report, extra=budget)
+                self._release(rec, owner, now, nxt, reason, report, extra=budget,
+                              seen=str(obs.seen))
 
     def _settle(self, rec: ActionRecord, owner: str, now: datetime, to: Status,
                 obs: Observation, evidence: dict[str, Any], report: PassReport) -> None:
@@ -460,7 +470,8 @@ class Reconciler:
             )
             if moved:
                 self._note(report, Change(rec.action_id, str(rec.status), str(to), "reconciled",
-                                          reason, None, at))
+                                          reason, None, at, rec.provider, rec.operation,
+                                          str(obs.seen)))
 
         self._write(write)
 
@@ -476,13 +487,14 @@ class Reconciler:
             )
             if moved:
                 self._note(report, Change(rec.action_id, str(rec.status), "DENIED_UNRESOLVED",
-                                          "unresolved", why, None, to_text(now)))
+                                          "unresolved", why, None, to_text(now), rec.provider,
+                                          rec.operation, evidence.get("seen")))
 
         self._write(write)
 
     def _release(self, rec: ActionRecord, owner: str, now: datetime, nxt: datetime | None,
                  reason: str, report: PassReport, keep_schedule: bool = False,
-                 extra: dict[str, Any] | None = None) -> None:
+                 extra: dict[str, Any] | None = None, seen: str | None = None) -> None:
         values: dict[str, Any] = {"lease_owner": None, "reason": reason, **(extra or {})}
         if keep_schedule:
             values["next_check_at"] = to_text(plus(now, self.lease))
@@ -492,16 +504,33 @@ class Reconciler:
         def write(c: sqlite3.Connection) -> None:
             self.ledger.apply_schedule(c, rec.action_id, frm=rec.status, owner=owner,
                                        values=values, at=to_text(now))
-            report.skipped.append(Change(rec.action_id, str(rec.status), str(rec.status),
-                                         "waiting", reason, values["next_check_at"], to_text(now)))
+            change = Change(rec.action_id, str(rec.status), str(rec.status), "waiting", reason,
+                            values["next_check_at"], to_text(now), rec.provider, rec.operation,
+                            seen)
+            report.skipped.append(change)
+            if self.on_check is not None:
+                self._announce.append((self.on_check, change))
 
         self._write(write)
 
     # ------------------------------------------------------------ group commit
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction; the hooks hear of its changes only once it committed."""
+        try:
+            with self.ledger.write() as c:
+                yield c
+        except BaseException:
+            self._announce.clear()  # rolled back: nothing to announce
+            raise
+        announce, self._announce = self._announce, []
+        for hook, change in announce:
+            hook(change)
+
     def _write(self, fn: Callable[[sqlite3.Connection], None]) -> None:
         """Run one guarded write now (``run_ids``), or queue it for the batch's commit."""
         if not self._grouping:
-            with self.ledger.write() as c:
+            with self._tx() as c:
                 fn(c)
             return
         if not self._queued:
@@ -512,7 +541,7 @@ class Reconciler:
         """Commit every queued write in one transaction."""
         if not self._queued:
             return
-        with self.ledger.write() as c:
+        with self._tx() as c:
             self._run_queued(c)
 
     def _run_queued(self, c: sqlite3.Connection) -> None:
@@ -526,7 +555,7 @@ class Reconciler:
             change.at = to_text(self.clock.now())
         report.changes.append(change)
         if self.on_change is not None:
-            self.on_change(change)
+            self._announce.append((self.on_change, change))
 
 
 def _auto_checkable(spec: OperationSpec, rec: ActionRecord) -> bool:
