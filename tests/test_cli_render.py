@@ -8,6 +8,7 @@ import io
 import json
 import sys
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,15 @@ class Ev:
         self.detail = {"reason": s, "evidence": s, "object_id": s, "by": s}
 
 
+@pytest.fixture(autouse=True)
+def _fresh_session() -> Iterator[None]:
+    """Renderers read the config through the CLI's session: leave none behind."""
+    from settled.cli.common import STATE
+
+    yield
+    STATE.close()
+
+
 def capture(fn: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     out, err = io.StringIO(), io.StringIO()
     monkeypatch.setattr(sys, "stdout", out)
@@ -114,7 +124,7 @@ def capture(fn: Any, monkeypatch: pytest.MonkeyPatch) -> str:
 def every_renderer(s: str, width: int) -> list[Any]:
     from rich.console import Console
 
-    from settled.cli import actions, listing, settle
+    from settled.cli import actions, listing, providers_cmd, settle
     from settled.dispatch import Outcome, Report, Result
 
     rec, ev = Rec(s), Ev(s)
@@ -152,7 +162,34 @@ def every_renderer(s: str, width: int) -> list[Any]:
         lambda: settle._preview([(s or "x", rec, ""), (s or "y", None, s)], True, now),
         lambda: render.console().print(render.text(actions.waiting_for(rec, now, 5.0))),
         lambda: render.console().print(render.text(listing.event_detail(ev))),
+        lambda: (
+            render.table(providers_cmd.PROVIDER_COLS, [provider_row(s)], title=s, out=con)
+            or print(con.file.getvalue())
+        ),
+        lambda: providers_cmd.render_audit(audit_of(s)),
     ]
+
+
+def provider_row(s: str) -> dict[str, Any]:
+    return {
+        "provider": s,
+        "operation": s,
+        "tier": "blind",
+        "consistency_window": 1.0,
+        "attempts": 1,
+        "timeout": 1.0,
+        "dedupes_keys": False,
+        "verifies": s,
+    }
+
+
+def audit_of(s: str) -> Any:
+    """An audit of a ledger whose provider and operation names and reasons are ``s``."""
+    from settled.audit import audit
+
+    with Ledger.open(":memory:") as led:
+        add(led, "a-1", provider=s or "p", operation=s or "o", reason=s)
+        return audit(led, {})
 
 
 @settings(

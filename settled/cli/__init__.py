@@ -52,6 +52,7 @@ def _run(argv: list[str] | None) -> int:
     from .app import app
 
     debug = bool(os.environ.get("SETTLED_DEBUG"))
+    common.STATE.close()  # main() may run more than once in a process (tests, embedding)
     try:
         app(args=argv, prog_name="settled")
     except SystemExit as exc:

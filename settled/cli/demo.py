@@ -75,7 +75,7 @@ def _run(db: str, *, kept: bool) -> None:
     from ..providers import Registry
     from ..providers.sim_server import SimServer
     from ..reconcile import Reconciler
-    from .listing import queue_columns
+    from .listing import queue_columns, tsv_columns
 
     con = console()
     with SimServer(hang=1.0) as server:
@@ -134,10 +134,11 @@ def _run(db: str, *, kept: bool) -> None:
             _final_table(ledger, server)
             con.print()
             rows = ledger.query(statuses=["DENIED_UNRESOLVED"])
+            tty = is_tty()
             listing(
-                queue_columns(utcnow(), ["DENIED_UNRESOLVED"]),
+                queue_columns(utcnow(), ["DENIED_UNRESOLVED"]) if tty else tsv_columns(),
                 rows,
-                "table" if is_tty() else "tsv",
+                "table" if tty else "tsv",
                 title=f"queue: DENIED_UNRESOLVED ({len(rows)})",
             )
             first = rows[0].action_id if rows else "demo-notify"

@@ -345,7 +345,10 @@ def _blocks(cols: Sequence[Col], rows: Sequence[Any], con: Any, title: str | Non
         grid.add_column(no_wrap=True)
         grid.add_column(overflow="fold")
         for c in rest:
-            grid.add_row(text(c.head), text((c.cell(r), c.style(r) if c.style else "")))
+            value = term(c.cell(r))
+            if c.flex:
+                value = shorten(value, max(con.width - 14, 20), c.lines)
+            grid.add_row(text(c.head), text((value, c.style(r) if c.style else "")))
         con.print(Padding(grid, (0, 0, 0, 2), expand=False))
 
 

@@ -243,9 +243,8 @@ class Sweeper:
                 now = time.monotonic()
                 if now >= next_beat:
                     self.beat()
-                    next_beat += self.heartbeat * max(
-                        1, int((now - next_beat) / self.heartbeat) + 1
-                    )
+                    while next_beat <= now:  # steady: a late beat does not shift the next ones
+                        next_beat += self.heartbeat
                 if self.notifier.watchdog is not None and now >= next_ping and self.alive():
                     self.notifier.ping()
                     next_ping = now + self.notifier.watchdog
