@@ -377,3 +377,13 @@ def test_import_settled_cli_loads_no_daemon_or_metrics_library() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False
     )
     assert out.stdout.strip() == "[]", out.stderr
+
+
+@pytest.mark.parametrize(
+    "argv", [["\x1b[2Jbogus"], ["queue", "--\x1b]8;;x\x07"], ["show", "a", "--\u202eevil"]]
+)
+def test_usage_errors_write_out_what_was_typed(argv: list[str]) -> None:
+    out = run_cli(*argv)
+    assert out.returncode == 2 and "Usage: settled" in out.stderr
+    assert "\x1b" not in out.stderr and "\u202e" not in out.stderr and "\x07" not in out.stderr
+    assert "\\x1b" in out.stderr or "\\u202e" in out.stderr

@@ -54,7 +54,9 @@ def _run(argv: list[str] | None) -> int:
     debug = bool(os.environ.get("SETTLED_DEBUG"))
     common.STATE.close()  # main() may run more than once in a process (tests, embedding)
     try:
-        app(args=argv, prog_name="settled")
+        # Not standalone: Click's own errors come here, to be shown through the sanitizer.
+        rv = app(args=argv, prog_name="settled", standalone_mode=False)
+        return rv if isinstance(rv, int) else 0
     except SystemExit as exc:
         if isinstance(exc.code, int):
             return exc.code
@@ -81,8 +83,11 @@ def _run(argv: list[str] | None) -> int:
         raise
     except Exception as exc:  # the one broad catch: a bug must not show a traceback
         if _is_click_error(exc):
-            exc.show()  # type: ignore[attr-defined]
+            _show_click_error(exc)
             return exc.exit_code  # type: ignore[attr-defined,no-any-return]
+        if type(exc).__name__ == "Abort":  # Click's: end of input at a prompt
+            print("Aborted!", file=sys.stderr)
+            return 1
         if debug:
             raise
         print(
@@ -91,7 +96,20 @@ def _run(argv: list[str] | None) -> int:
             file=sys.stderr,
         )
         return 1
-    return 0
+
+
+
+def _show_click_error(exc: BaseException) -> None:
+    """A usage error as Click words it, with what the user typed written out safely
+    (an option or command name may carry escape characters)."""
+    import io
+
+    from .render import term
+
+    buf = io.StringIO()
+    exc.show(file=buf)  # type: ignore[attr-defined]
+    sys.stderr.write("\n".join(term(line, limit=2000) for line in buf.getvalue().split("\n")))
+    sys.stderr.flush()
 
 
 def _line(exc: BaseException) -> str:
