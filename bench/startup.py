@@ -83,7 +83,6 @@ def cold_start(tmp: str, repeats: int) -> list[Row]:
     with open(app, "w", encoding="utf-8") as fh:
         fh.write(MINIMAL_TYPER_APP)
     env = dict(os.environ, SETTLED_DB=db, SETTLED_CONFIG="", NO_COLOR="1")
-    env.pop("SETTLED_FAULTPOINT", None)
 
     check = subprocess.run([sys.executable, "-m", "settled", "show", "bench-1", "--json"],
                            capture_output=True, text=True, env=env, timeout=60, check=False)

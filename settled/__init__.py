@@ -16,13 +16,15 @@ _WHERE = {
     "Config": "config",
     "Dispatcher": "dispatch", "DispatchSettings": "dispatch", "Outcome": "dispatch",
     "Report": "dispatch", "Result": "dispatch", "classify": "dispatch",
-    "ConfigError": "errors", "Conflict": "errors", "LedgerBusy": "errors",
-    "LedgerError": "errors", "NotFound": "errors", "SettledError": "errors",
+    "ConfigError": "errors", "Conflict": "errors", "InvalidInput": "errors",
+    "LedgerBusy": "errors", "LedgerError": "errors", "NotFound": "errors",
+    "OutcomeNotRecorded": "errors", "SettledError": "errors",
     "TransitionNotAllowed": "errors", "UnknownProvider": "errors", "UsageError": "errors",
-    "Ledger": "ledger",
+    "Ledger": "storage",
     "TRANSITIONS": "model", "Acceptance": "model", "ActionRecord": "model",
-    "Delivery": "model", "DispatchStrategy": "model", "Event": "model", "Status": "model",
-    "Tier": "model", "build_strategy": "model",
+    "Declared": "model", "Delivery": "model", "DispatchStrategy": "model", "Event": "model",
+    "EventKind": "model", "Status": "model", "Tier": "model", "build_strategy": "model",
+    "Session": "session",
     "PassReport": "reconcile", "Reconciler": "reconcile",
 }  # fmt: skip
 
@@ -33,27 +35,32 @@ if TYPE_CHECKING:
     from .errors import (
         ConfigError,
         Conflict,
+        InvalidInput,
         LedgerBusy,
         LedgerError,
         NotFound,
+        OutcomeNotRecorded,
         SettledError,
         TransitionNotAllowed,
         UnknownProvider,
         UsageError,
     )
-    from .ledger import Ledger
     from .model import (
         TRANSITIONS,
         Acceptance,
         ActionRecord,
+        Declared,
         Delivery,
         DispatchStrategy,
         Event,
+        EventKind,
         Status,
         Tier,
         build_strategy,
     )
     from .reconcile import PassReport, Reconciler
+    from .session import Session
+    from .storage import Ledger
 
 
 def __getattr__(name: str) -> Any:
@@ -79,21 +86,26 @@ __all__ = [
     "Config",
     "ConfigError",
     "Conflict",
+    "Declared",
     "Delivery",
     "DispatchSettings",
     "DispatchStrategy",
     "Dispatcher",
     "Event",
+    "EventKind",
     "FakeClock",
+    "InvalidInput",
     "Ledger",
     "LedgerBusy",
     "LedgerError",
     "NotFound",
     "Outcome",
+    "OutcomeNotRecorded",
     "PassReport",
     "Reconciler",
     "Report",
     "Result",
+    "Session",
     "SettledError",
     "Status",
     "Tier",

@@ -41,12 +41,12 @@ Nothing here imports the CLI; ``settled.cli.providers_cmd`` renders the report.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-from .ledger import Ledger
 from .model import Tier
 from .providers.base import OperationSpec
+from .storage import Figures, Ledger
 
 MIN_EVIDENCE = 5  # records needed before history overrules a declaration
 LATE_SHARE = 0.05  # share of late observations that makes a window too short
@@ -68,43 +68,6 @@ class Answer:
 
 
 @dataclass
-class Figures:
-    total: int = 0
-    confirmed: int = 0
-    failed: int = 0
-    unresolved: int = 0
-    pending: int = 0
-    confirmed_by_provider: int = 0
-    confirmed_by_reconciliation: int = 0
-    confirmed_by_person: int = 0
-    checked: int = 0  # records the query ran for at least once
-    reconciled_absent: int = 0  # reconciliation proved the effect absent
-    proven_replies: int = 0
-    unproven_replies: int = 0
-    ambiguous_sends: int = 0
-    accepted_then_absent: int = 0
-    budget_spent: int = 0
-    found_by_person: int = 0
-    first_seen_n: int = 0
-    first_seen_p50: float | None = None
-    first_seen_p95: float | None = None
-    late: int = 0
-
-    @property
-    def unresolved_rate(self) -> float | None:
-        return self.unresolved / self.total if self.total else None
-
-    @property
-    def observed(self) -> int:
-        return self.confirmed_by_reconciliation + self.reconciled_absent
-
-    def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["unresolved_rate"] = self.unresolved_rate
-        return out
-
-
-@dataclass
 class OperationAudit:
     provider: str
     operation: str
@@ -115,7 +78,9 @@ class OperationAudit:
 
     @property
     def debt(self) -> bool:
-        return any(a.debt for a in self.answers)
+        """Completion-ownership debt: an answer that matters for the tier is no, or the
+        ledger holds terminal records that later evidence contradicts."""
+        return any(a.debt for a in self.answers) or self.figures.contradictions > 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -297,6 +262,12 @@ def judge(op: OperationAudit) -> None:
             f"a person found {f.found_by_person} effect(s) applied that the query had not seen: "
             "check the query reads the real effect, or give it a longer budget"
         )
+    if f.contradictions:
+        op.suggestions.append(
+            f"{f.contradictions} settled record(s) contradicted by a reply that came later: "
+            "`settled queue --status all` shows them flagged; `settled resolve` each with what "
+            "the provider holds (retry is blocked until then)"
+        )
     if f.accepted_then_absent:
         op.suggestions.append(
             f"{f.accepted_then_absent} accepted request(s) never took effect: an acceptance is not success"
@@ -312,108 +283,9 @@ def judge(op: OperationAudit) -> None:
         op.suggestions.append(f"{rate:.0%} of actions are unresolved{hint}")
 
 
-# -- the figures ---------------------------------------------------------------------------
-
-_COUNTS = """
-SELECT provider, operation, count(*),
-       sum(status = 'CONFIRMED'), sum(status = 'FAILED'), sum(status = 'DENIED_UNRESOLVED'),
-       sum(status IN ('PENDING', 'IN_FLIGHT', 'AWAITING_VERIFICATION')),
-       sum(confirmed_by = 'provider'), sum(confirmed_by = 'reconciliation'),
-       sum(confirmed_by LIKE 'operator:%'), sum(checks > 0),
-       sum(confirmed_by = 'reconciliation' AND checks > 1)
-FROM actions GROUP BY provider, operation
-"""
-
-_FIRST_SEEN = """
-WITH d AS (
-  SELECT provider, operation,
-         round((julianday(confirmed_at) - julianday(dispatched_at)) * 86400.0, 3) AS s
-  FROM actions
-  WHERE confirmed_by = 'reconciliation' AND dispatched_at IS NOT NULL
-), r AS (
-  SELECT provider, operation, s,
-         row_number() OVER (PARTITION BY provider, operation ORDER BY s) AS i,
-         count(*) OVER (PARTITION BY provider, operation) AS n
-  FROM d
-)
-SELECT provider, operation, n,
-       max(CASE WHEN i = (n * 50 + 99) / 100 THEN s END),
-       max(CASE WHEN i = (n * 95 + 99) / 100 THEN s END)
-FROM r GROUP BY provider, operation, n
-"""
-
-_EVENTS = """
-SELECT a.provider, a.operation, e.kind, e.to_status,
-       CASE e.kind
-         WHEN 'outcome' THEN json_extract(e.detail, '$.verdict')
-         WHEN 'resolved' THEN json_extract(e.detail, '$.verdict') || ':' || (a.checks > 0)
-         WHEN 'unresolved' THEN json_extract(e.detail, '$.seen') IS NOT NULL
-       END,
-       count(*)
-FROM events e JOIN actions a ON a.action_id = e.action_id
-WHERE e.kind IN ('outcome', 'reconciled', 'resolved', 'unresolved')
-GROUP BY 1, 2, 3, 4, 5
-"""
-
-_ACCEPTED_THEN_ABSENT = """
-SELECT a.provider, a.operation, count(DISTINCT r.id)
-FROM events r
-JOIN events o ON o.action_id = r.action_id AND o.attempt = r.attempt AND o.kind = 'outcome'
-JOIN actions a ON a.action_id = r.action_id
-WHERE r.kind = 'reconciled' AND r.to_status = 'FAILED'
-  AND json_extract(o.detail, '$.verdict') = 'accepted'
-GROUP BY 1, 2
-"""
-
-
-def figures(ledger: Ledger) -> dict[tuple[str, str], Figures]:
-    """Per (provider, operation), from four aggregate queries over the ledger."""
-    out: dict[tuple[str, str], Figures] = {}
-    conn = ledger.conn
-
-    def get(p: str, o: str) -> Figures:
-        return out.setdefault((p, o), Figures())
-
-    for row in conn.execute(_COUNTS):
-        p, o, *n = row
-        f = get(p, o)
-        (
-            f.total,
-            f.confirmed,
-            f.failed,
-            f.unresolved,
-            f.pending,
-            f.confirmed_by_provider,
-            f.confirmed_by_reconciliation,
-            f.confirmed_by_person,
-            f.checked,
-            f.late,
-        ) = (int(x or 0) for x in n)
-    for p, o, n, p50, p95 in conn.execute(_FIRST_SEEN):
-        f = get(p, o)
-        f.first_seen_n, f.first_seen_p50, f.first_seen_p95 = int(n), p50, p95
-    for p, o, kind, to, value, n in conn.execute(_EVENTS):
-        f = get(p, o)
-        if kind == "outcome" and value == "proven":
-            f.proven_replies += n
-        elif kind == "outcome" and value == "accepted":
-            f.unproven_replies += n
-        elif kind == "outcome" and value == "ambiguous":
-            f.ambiguous_sends += n
-        elif kind == "reconciled" and to == "FAILED":
-            f.reconciled_absent += n
-        elif kind == "resolved" and value == "applied:1":
-            f.found_by_person += n
-        elif kind == "unresolved" and value == 1:
-            f.budget_spent += n
-    for p, o, n in conn.execute(_ACCEPTED_THEN_ABSENT):
-        get(p, o).accepted_then_absent = int(n)
-    return out
-
-
 def audit(ledger: Ledger, specs: dict[tuple[str, str], OperationSpec]) -> AuditReport:
     """Audit every declared operation, and every operation the ledger has records of."""
-    figs = figures(ledger)
+    figs = ledger.figures()
     ops = []
     for key in sorted(set(specs) | set(figs)):
         spec = specs.get(key)
@@ -427,4 +299,4 @@ def audit(ledger: Ledger, specs: dict[tuple[str, str], OperationSpec]) -> AuditR
     return AuditReport(ops)
 
 
-__all__ = ["QUESTIONS", "Answer", "AuditReport", "Figures", "OperationAudit", "audit", "figures"]
+__all__ = ["QUESTIONS", "Answer", "AuditReport", "Figures", "OperationAudit", "audit"]

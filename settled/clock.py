@@ -3,12 +3,22 @@
 Stored times are ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` so that text order is time order
 and the due index is a plain range scan. Functions that need "now" take it as an
 argument; ``Clock`` is the injectable source for the long-running parts.
+
+A step of the system clock must change nothing (a jump forward would spend
+verification budgets and make absences look old enough to prove something; a jump
+back would stall every scheduled check). ``SteadyClock`` is the answer on one host:
+the wall time when this boot's anchor was taken, plus the time elapsed since on a
+clock that no step moves (``steady``: ``CLOCK_BOOTTIME``, which also counts time
+suspended). Every process of the host reads the same anchor from the ledger, so all
+agree; a reboot takes a new anchor from the wall clock.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from typing import overload
 
 _FMT = "%Y-%m-%dT%H:%M:%S.%fZ"
@@ -16,6 +26,31 @@ _FMT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)
+
+
+def steady() -> float:
+    """Seconds on a clock that no wall-clock step moves and that keeps counting while
+    the machine is suspended (``CLOCK_BOOTTIME``); ``time.monotonic`` where the
+    platform has no such clock. Deadlines that must hold across a pause use it."""
+    if _BOOTTIME is not None:
+        return time.clock_gettime(_BOOTTIME)
+    return time.monotonic()
+
+
+@cache
+def boot_id() -> str | None:
+    """This boot of the host (Linux), or None where it cannot be known: then only the
+    wall clock is available and a step of it is not corrected."""
+    if _BOOTTIME is None:
+        return None
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
 
 
 @overload
@@ -58,6 +93,34 @@ class Clock:
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
             time.sleep(seconds)
+
+
+class SteadyClock(Clock):
+    """Wall time at an anchor plus the steady time elapsed since it (see the module
+    docstring). ``drift()`` says how far the system clock has been stepped since."""
+
+    def __init__(
+        self,
+        wall: datetime,
+        at: float,
+        *,
+        source: Callable[[], float] = steady,
+        system: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self._wall = wall
+        self._at = at
+        self._source = source  # the steady clock (tests pass a fake host's)
+        self._system = system  # the wall clock, read only to tell how far it drifted
+
+    def now(self) -> datetime:
+        return self._wall + timedelta(seconds=self._source() - self._at)
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+
+    def drift(self) -> float:
+        """System clock minus this clock, in seconds (positive: stepped forward)."""
+        return (self._system() - self.now()).total_seconds()
 
 
 class FakeClock(Clock):

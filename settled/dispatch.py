@@ -2,33 +2,33 @@
 
 Every path that sends (dispatch, confirm, retry) goes through ``Dispatcher._send``:
 claim (one guarded write, committed with its lease before anything leaves), then the
-one retry budget, then the outcome classified as DESIGN.md rule 3 says and written
-under the same lease. The caller that loses the claim never calls the provider.
+one retry budget, then the outcome written under the same lease. What each reply
+means and where the record goes is ``settled.policy``'s to say; this module only
+fetches, calls and writes. The caller that loses the claim never calls the provider.
+
+Before every try the dispatcher checks its lease on the ledger's steady clock, and
+hands the provider the instant the lease lapses (``Request.send_by``): a process
+paused after its claim (Ctrl-Z, a stopped VM, slow DNS) never starts a request its
+lease no longer covers, which is what lets an absence count as proof once the lease
+and the consistency window are over.
 """
 
 from __future__ import annotations
 
 import json
-import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from . import faults
-from .clock import Clock, from_text, plus, to_text
-from .errors import LedgerBusy, TransitionNotAllowed, UsageError
-from .ledger import Ledger
-from .model import (
-    Acceptance,
-    ActionRecord,
-    Delivery,
-    Status,
-    Tier,
-    build_strategy,
-    idempotency_key,
-    params_hash,
-)
-from .providers.base import OperationSpec, Request, Wire, WireResult
+from . import crashpoints, policy
+from .clock import Clock, steady
+from .crashpoints import Probe, no_probe
+from .errors import InvalidInput, LedgerError, OutcomeNotRecorded, TransitionNotAllowed
+from .model import ActionRecord, Declared, Status
+from .policy import Verdict
+from .providers.base import Provider, Providers, WireResult
+from .storage import Ledger, Move
 
 DEFAULT_LEASE_GRACE = 30.0
 DEFAULT_BACKOFF = 0.05  # s before the first repeat; doubles, capped at 2 s
@@ -49,7 +49,7 @@ class Result(StrEnum):
     """The real result of a call this process made."""
 
     SUCCEEDED = "succeeded"  # CONFIRMED: the effect was observed
-    ACCEPTED = "accepted"  # AWAITING_VERIFICATION: accepted, not yet observed
+    ACCEPTED = "accepted"  # AWAITING_VERIFICATION: taken by the provider, not yet observed
     FAILED = "failed"  # FAILED: provably not applied
     UNRESOLVED = "unresolved"  # DENIED_UNRESOLVED: nobody knows yet
 
@@ -60,7 +60,7 @@ RESULT_BY_STATUS = {
     Status.FAILED: Result.FAILED,
     Status.DENIED_UNRESOLVED: Result.UNRESOLVED,
 }
-
+EXISTS = "action already exists with the same params; nothing sent"
 
 
 @dataclass
@@ -81,45 +81,31 @@ class Report:
         return data
 
 
-class Verdict(StrEnum):
-    PROVEN = "proven"  # the reply proves the effect
-    ACCEPTED = "accepted"  # delivered; the effect is not proven
-    REJECTED = "rejected"  # provably not applied
-    NEVER_SENT = "never_sent"  # nothing left this machine
-    AMBIGUOUS = "ambiguous"  # it may or may not have applied
-
-
-def classify(spec: OperationSpec, wire: WireResult) -> Verdict:
-    """DESIGN.md rule 3, in one place."""
-    if wire.wire is Wire.NOT_CONNECTED:
-        return Verdict.NEVER_SENT
-    if wire.wire is Wire.NO_ANSWER:
-        return Verdict.AMBIGUOUS
-    code = wire.status_code or 0
-    if wire.applied is True:
-        return Verdict.PROVEN if spec.tier is Tier.FULL else Verdict.ACCEPTED
-    if 200 <= code <= 299:
-        return Verdict.REJECTED if wire.applied is False else Verdict.ACCEPTED
-    if code in (408, 429) or 500 <= code <= 599:
-        return Verdict.AMBIGUOUS
-    if 400 <= code <= 499:
-        return Verdict.REJECTED
-    return Verdict.AMBIGUOUS  # 1xx, 3xx and codes outside RFC ranges prove nothing
-
-
 @dataclass
 class DispatchSettings:
     lease_grace: float = DEFAULT_LEASE_GRACE
     backoff: float = DEFAULT_BACKOFF
 
 
-@dataclass
 class Dispatcher:
-    ledger: Ledger
-    registry: Any  # settled.providers.Registry (anything with .operation() and .provider())
-    clock: Clock = field(default_factory=Clock)
-    settings: DispatchSettings = field(default_factory=DispatchSettings)
-    actor: str = "dispatcher"
+    """Records, claims and sends actions. ``clock`` defaults to the ledger's (steady
+    on one host); ``probe`` is a crash-point hook for tests (``settled.crashpoints``)."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        registry: Providers,
+        clock: Clock | None = None,
+        settings: DispatchSettings | None = None,
+        actor: str = "dispatcher",
+        probe: Probe = no_probe,
+    ) -> None:
+        self.ledger = ledger
+        self.registry = registry
+        self.clock = clock if clock is not None else ledger.clock()
+        self.settings = settings or DispatchSettings()
+        self.actor = actor
+        self.probe = probe
 
     # ---------------------------------------------------------------- entry points
     def submit(
@@ -136,75 +122,21 @@ class Dispatcher:
         An existing ``action_id`` with the same params returns that record and sends
         nothing; with other params it raises ``Conflict``."""
         spec = self.registry.operation(provider, operation)
-        # A provider may refuse params it could never send (UsageError): nothing is recorded.
-        check = getattr(self.registry.provider(provider), "check_params", None)
-        if check is not None:
-            check(operation, params)
-        now = self.clock.now()
-        at = to_text(now)
-        strategy = build_strategy(
-            spec.tier, now, spec.consistency_window, carries_key=spec.carries_key
-        )
-        aid = action_id or "act-" + uuid.uuid4().hex[:20]
-        row = {
-            "action_id": aid,
-            "provider": provider,
-            "operation": operation,
-            "params": _params_json(params),
-            "params_hash": params_hash(params),
-            "tier": str(spec.tier),
-            "reconciliation_key": strategy.reconciliation_key,
-            "eligible_at": to_text(strategy.eligible_at),
-            "requires_manual_verification": int(strategy.requires_manual_verification),
-            "attempt": 1,
-            "idempotency_key": idempotency_key(aid, 1),
-            "status": str(Status.PENDING),
-            "delivery": str(Delivery.PENDING),
-            "acceptance": str(Acceptance.UNKNOWN),
-            "created_at": at,
-            "updated_at": at,
-            "checks": 0,
-        }
+        check_params_json(params)
+        # A provider may refuse params it could never send: nothing is recorded.
+        self.registry.check_params(provider, operation, params)
+        rec = policy.new_record(
+            action_id=action_id, provider=provider, operation=operation, params=params,
+            declared=Declared.of(spec), now=self.clock.now(),
+        )  # fmt: skip
         if needs_confirmation:
-            record, created = self.ledger.record(row, actor=self.actor, at=at)
+            record, created = self.ledger.record(rec, actor=self.actor)
             if not created:
                 return _as_found(record, EXISTS)
             return Report(
-                Outcome.RECORDED,
-                record,
-                message="recorded; run `settled confirm` to dispatch it",
+                Outcome.RECORDED, record, message="recorded; run `settled confirm` to dispatch it"
             )
-        return self._record_and_send(row, spec)
-
-    def _record_and_send(self, row: dict[str, Any], spec: OperationSpec) -> Report:
-        """Record and claim in one durable transaction (the ``recorded`` and ``claimed``
-        events, in that order), committed before the request leaves: one fsync fewer
-        than recording first. The caller that finds the id taken claims nothing."""
-        aid, at = row["action_id"], row["created_at"]
-        provider = self.registry.provider(row["provider"])
-        snapshot = None
-        if spec.snapshots:
-            # A snapshot is a query: never spend one on an id that already exists.
-            if self.ledger.find(aid) is not None:
-                record, _ = self.ledger.record(row, actor=self.actor, at=at)  # Conflict or same
-                return _as_found(record, EXISTS)
-            snapshot = provider.snapshot(row["operation"], json.loads(row["params"]))
-        now = self.clock.now()  # the lease runs from here, after any snapshot
-        plan = self._claim_plan(spec, now, row["idempotency_key"], row["eligible_at"], snapshot)
-        faults.point("before_claim")
-        with self.ledger.write() as c:
-            existing = self.ledger.insert(c, row, actor=self.actor, at=at)  # Conflict: rolled back
-            if existing is None:
-                claimed = self.ledger.apply(
-                    c, aid, Status.PENDING, Status.IN_FLIGHT, actor=self.actor,
-                    kind="claimed", at=to_text(now), detail=plan.detail, values=plan.values,
-                )
-                assert claimed is not None  # inserted PENDING in this very transaction
-        if existing is not None:
-            return _as_found(existing, EXISTS)
-        assert claimed is not None
-        faults.point("after_claim")
-        return self._execute(claimed, spec, provider, plan)
+        return self._record_and_send(rec)
 
     def confirm(self, action_id: str) -> Report:
         """DESIGN.md rule 8: the late-confirmation race, answered honestly."""
@@ -214,19 +146,11 @@ class Dispatcher:
                 Outcome.NOT_FOUND, None, message=f"no action {action_id!r}", action_id=action_id
             )
         if record.terminal:
-            return Report(
-                Outcome.ALREADY_COMPLETED,
-                record,
-                RESULT_BY_STATUS[record.status],
-                f"already {record.status}",
-            )
+            return Report(Outcome.ALREADY_COMPLETED, record, RESULT_BY_STATUS[record.status],
+                          f"already {record.status}")  # fmt: skip
         if record.status is Status.DENIED_UNRESOLVED:
-            return Report(
-                Outcome.BLOCKED,
-                record,
-                Result.UNRESOLVED,
-                "prior dispatch unresolved — reconcile before retry",
-            )
+            return Report(Outcome.BLOCKED, record, Result.UNRESOLVED,
+                          "prior dispatch unresolved — reconcile before retry")  # fmt: skip
         if record.status is Status.PENDING:
             return self._send(record)
         return Report(Outcome.IN_PROGRESS, record, None, f"already {record.status}")
@@ -244,302 +168,176 @@ class Dispatcher:
             raise TransitionNotAllowed(
                 f"action {action_id} is {record.status}; retry is allowed only from FAILED"
             )
-        spec = self.registry.operation(record.provider, record.operation)
-        now = self.clock.now()
-        at = to_text(now)
-        attempt = record.attempt + 1
-        strategy = build_strategy(
-            spec.tier, now, spec.consistency_window, carries_key=spec.carries_key
-        )
-        values = {
-            "attempt": attempt,
-            "idempotency_key": idempotency_key(action_id, attempt),
-            "reconciliation_key": strategy.reconciliation_key,
-            "eligible_at": to_text(strategy.eligible_at),
-            "delivery": str(Delivery.PENDING),
-            "acceptance": str(Acceptance.UNKNOWN),
-            "dispatch_id": None,
-            "provider_object_id": None,
-            "dispatched_at": None,
-            "confirmed_at": None,
-            "confirmed_by": None,
-            "next_check_at": None,
-            "verify_started_at": None,
-            "verify_deadline_at": None,
-            "checks": 0,
-            "reason": None,
-            "snapshot": None,
-        }
-        # Guarded on the attempt read above, in one write transaction: two concurrent
-        # retries of attempt N never both open (and send) N+1, and a retry that read
-        # attempt N never reuses key N+1 after attempt N+1 has failed as well.
-        reopened = None
-        with self.ledger.write() as c:
-            row = c.execute("SELECT attempt FROM actions WHERE action_id = ?", (action_id,))
-            if row.fetchone() == (record.attempt,):
-                reopened = self.ledger.apply(
-                    c, action_id, Status.FAILED, Status.PENDING, actor=self.actor,
-                    kind="retry", at=at, values=values,
-                    detail={"attempt": attempt, "previous_idempotency_key": record.idempotency_key},
-                )
+        if record.contradiction:
+            raise TransitionNotAllowed(
+                f"action {action_id} is FAILED, but later evidence contradicts it "
+                f"({record.contradiction}); `settled resolve` it first"
+            )
+        declared = self._declared(record)
+        reopened = self.ledger.move(policy.reopen(record, declared, self.clock.now(), actor=self.actor))
         if reopened is None:  # someone else retried first
             return Report(Outcome.IN_PROGRESS, self.ledger.get(action_id), None, "retried elsewhere")
         return self._send(reopened)
 
     # ---------------------------------------------------------------- the send
+    def _declared(self, record: ActionRecord) -> Declared:
+        """The declarations that govern ``record``: those stored with it (rule 11);
+        today's config only for records made before declarations were stored."""
+        if record.declared is not None:
+            return record.declared
+        return Declared.of(self.registry.operation(record.provider, record.operation))
+
+    def _record_and_send(self, rec: ActionRecord) -> Report:
+        """Record and claim in one durable transaction (the ``recorded`` and ``claimed``
+        events, in that order), committed before the request leaves: one fsync fewer
+        than recording first. The caller that finds the id taken claims nothing."""
+        declared = self._declared(rec)
+        provider = self.registry.provider(rec.provider)
+        snapshot = None
+        if declared.snapshots:
+            # A snapshot is a query: never spend one on an id that already exists.
+            if self.ledger.find(rec.action_id) is not None:
+                record, _ = self.ledger.record(rec, actor=self.actor)  # Conflict or the same
+                return _as_found(record, EXISTS)
+            snapshot = provider.snapshot(rec.operation, rec.params)
+        taken = self._claim(rec, declared, snapshot)
+        self.probe("before_claim")
+        claimed, created = self.ledger.record_and_claim(rec, actor=self.actor, claim=taken.move)
+        if not created:
+            return _as_found(claimed, EXISTS)
+        self.probe("after_claim")
+        return self._execute(claimed, declared, provider, taken)
+
     def _send(self, record: ActionRecord) -> Report:
-        spec = self.registry.operation(record.provider, record.operation)
+        declared = self._declared(record)
         provider = self.registry.provider(record.provider)
-        snapshot = provider.snapshot(record.operation, record.params) if spec.snapshots else None
-        now = self.clock.now()
-        plan = self._claim_plan(spec, now, record.idempotency_key, record.eligible_at, snapshot)
-        faults.point("before_claim")
-        claimed = self.ledger.transition(
-            record.action_id,
-            Status.PENDING,
-            Status.IN_FLIGHT,
-            actor=self.actor,
-            kind="claimed",
-            at=to_text(now),
-            detail=plan.detail,
-            values=plan.values,
-        )
+        snapshot = provider.snapshot(record.operation, record.params) if declared.snapshots else None
+        taken = self._claim(record, declared, snapshot)
+        self.probe("before_claim")
+        claimed = self.ledger.move(taken.move)
         if claimed is None:  # another caller won the claim: report what it left
             current = self.ledger.get(record.action_id)
             return _as_found(current, f"claimed by another caller; now {current.status}")
-        faults.point("after_claim")
-        return self._execute(claimed, spec, provider, plan)
+        self.probe("after_claim")
+        return self._execute(claimed, declared, provider, taken)
 
-    def _claim_plan(
-        self,
-        spec: OperationSpec,
-        now: Any,
-        key: str,
-        eligible_at: str | None,
-        snapshot: Any,
-    ) -> _Claim:
-        """The claim's lease, event detail and fields."""
-        at = to_text(now)
-        budget = spec.timeout * spec.attempts + self._backoff_total(spec.attempts)
-        lease_until = to_text(plus(now, budget + self.settings.lease_grace))
-        owner = "d-" + uuid.uuid4().hex
-        eligible = None
-        if eligible_at is not None:  # the window runs from the real dispatch time
-            eligible = to_text(plus(now, spec.consistency_window if spec.tier is not Tier.FULL else 0))
-        return _Claim(
-            owner,
-            lease_until,
-            {"lease_expires_at": lease_until, "idempotency_key": key},
-            {
-                "delivery": str(Delivery.IN_FLIGHT),
-                "dispatch_id": owner,
-                "lease_owner": owner,
-                "lease_expires_at": lease_until,
-                "next_check_at": lease_until,  # a lost dispatcher is found by the due scan
-                "dispatched_at": at,
-                "eligible_at": eligible,
-                "snapshot": _dumps(snapshot) if snapshot is not None else None,
-            },
-        )
+    def _claim(self, rec: ActionRecord, declared: Declared, snapshot: Any) -> policy.Claim:
+        return policy.claim(
+            rec, declared, self.clock.now(), actor=self.actor, grace=self.settings.lease_grace,
+            default_backoff=self.settings.backoff, snapshot=snapshot,
+        )  # fmt: skip
 
-    def _execute(self, claimed: ActionRecord, spec: OperationSpec, provider: Any, plan: _Claim) -> Report:
+    def _execute(
+        self, claimed: ActionRecord, declared: Declared, provider: Provider, taken: policy.Claim
+    ) -> Report:
         """Send a claimed action within the one retry budget; write its outcome."""
-        owner, lease_until = plan.owner, plan.lease_until
         tries: list[dict[str, Any]] = []
-        maybe_applied = False
-        verdict = Verdict.AMBIGUOUS
-        wire = WireResult(Wire.NO_ANSWER)
-        for n in range(1, max(1, spec.attempts) + 1):
-            wire = provider.execute(
-                Request(
-                    action_id=claimed.action_id,
-                    operation=claimed.operation,
-                    params=claimed.params,
-                    idempotency_key=claimed.idempotency_key,
-                    reconciliation_key=claimed.reconciliation_key,
-                    attempt=claimed.attempt,
-                    timeout=spec.timeout,
-                )
-            )
-            faults.point("after_reply")
-            verdict = classify(spec, wire)
-            tries.append(
-                {
-                    "try": n,
-                    "wire": str(wire.wire),
-                    "status_code": wire.status_code,
-                    "verdict": str(verdict),
-                    "detail": wire.detail[:300],
-                }
-            )
-            if verdict is Verdict.AMBIGUOUS:
-                maybe_applied = True
-            repeat = verdict is Verdict.NEVER_SENT or (
-                verdict is Verdict.AMBIGUOUS and spec.dedupes_keys
-            )
-            if not repeat or n >= spec.attempts:
+        verdicts: list[Verdict] = []
+        wire: WireResult | None = None
+        late_send = False
+        lapsed = False
+        for n in range(1, max(1, declared.attempts) + 1):
+            left = self._lease_left(taken)
+            if left <= 0:  # paused or slow past the lease: this try must not start
+                lapsed = True
                 break
-            self.clock.sleep(min(self.settings.backoff * 2 ** (n - 1), 2.0))
+            send_by = steady() + left
+            with crashpoints.active(self.probe):
+                wire = provider.execute(policy.request_for(claimed, declared, send_by))
+            self.probe("after_reply")
+            if wire.written_at is not None and wire.written_at > send_by:
+                late_send = True  # written after the lease lapsed (a pause at the last moment)
+            verdict = policy.classify(declared, wire)
+            verdicts.append(verdict)
+            tries.append(_try_detail(n, wire, verdict))
+            if not policy.repeats(declared, verdict) or n >= declared.attempts:
+                break
+            pause = policy.backoff(declared, self.settings.backoff, n)
+            if wire.retry_after is not None:
+                pause = max(pause, wire.retry_after)
+            if pause >= self._lease_left(taken):
+                tries[-1]["stopped"] = f"the next try would start after the lease ({pause:g} s pause)"
+                break
+            self.clock.sleep(pause)
 
-        # An earlier try may have applied: a later "never sent" or rejection cannot
-        # prove the effect absent, so the evidence only allows "unresolved".
-        if maybe_applied and verdict in (Verdict.NEVER_SENT, Verdict.REJECTED):
-            verdict = Verdict.AMBIGUOUS
+        verdict = policy.settle_verdict(verdicts)
+        if lapsed and not verdicts:
+            tries.append({"try": len(tries) + 1, "verdict": str(Verdict.NEVER_SENT),
+                          "detail": "not sent: the lease lapsed before the request could start"})  # fmt: skip
+            wire = None
         done = self.clock.now()
-        to, values, reason = _outcome(spec, claimed, verdict, wire, done)
-        values.update({"lease_owner": None, "lease_expires_at": None})
-        detail = {"verdict": str(verdict), "tries": tries, "reason": reason}
-        try:
-            final = self.ledger.transition(
-                claimed.action_id,
-                Status.IN_FLIGHT,
-                to,
-                actor=self.actor,
-                kind="outcome",
-                at=to_text(done),
-                detail=detail,
-                values=values,
-                owner=owner,
-            )
-        except LedgerBusy:
-            # The request has left: "nothing was changed" would be false here.
-            raise LedgerBusy(
-                f"action {claimed.action_id}: the request was sent, but the ledger stayed "
-                f"locked (waited {self.ledger.busy_timeout:g} s) so its outcome is not "
-                f"recorded; it stays IN_FLIGHT until its lease expires at {lease_until}, "
-                "then reconciliation settles it"
-            ) from None
+        move = policy.outcome(
+            claimed, declared, verdict, wire, done, owner=taken.owner, actor=self.actor,
+            tries=tries, late_send=late_send,
+        )  # fmt: skip
+        if lapsed and not verdicts:
+            move = _reason(move, "never sent: the lease lapsed before the request could start")
+        final = self._write_outcome(claimed, move, taken)
         if final is None:
-            final = self._late_outcome(claimed.action_id, to, values, detail, done)
+            final = self._late(claimed, move, verdict, late_send, done)
+        elif verdict is Verdict.CONFLICT and final.status is Status.AWAITING_VERIFICATION:
+            final = self._verify_now(final)
+        reason = str(move.detail.get("reason", ""))
         return Report(Outcome.DISPATCHED, final, RESULT_BY_STATUS.get(final.status), reason)
 
-    def _late_outcome(
-        self, action_id: str, to: Status, values: dict[str, Any], detail: dict[str, Any], now: Any
+    def _lease_left(self, taken: policy.Claim) -> float:
+        return (taken.lease_until - self.clock.now()).total_seconds()
+
+    def _write_outcome(
+        self, claimed: ActionRecord, move: Move, taken: policy.Claim
+    ) -> ActionRecord | None:
+        try:
+            return self.ledger.move(move)
+        except LedgerError as exc:
+            # The request has left: "nothing was changed" would be false here.
+            cause = str(exc).split("; ")[0]  # what failed, not what it meant for its caller
+            raise OutcomeNotRecorded(
+                f"action {claimed.action_id}: the request was sent, but its outcome could not "
+                f"be recorded ({cause}); it stays IN_FLIGHT until its lease lapses at "
+                f"{move.values.get('lease_expires_at') or taken.move.values['lease_expires_at']},"
+                " then reconciliation settles it",
+                claimed.action_id,
+            ) from None
+
+    def _late(
+        self, claimed: ActionRecord, move: Move, verdict: Verdict, late_send: bool, now: datetime
     ) -> ActionRecord:
-        """Our lease expired and a reconciler already moved the record on. Our reply is
-        still evidence: apply it where the table allows, else append it."""
-        current = self.ledger.get(action_id)
-        if current.status is Status.DENIED_UNRESOLVED and to in (Status.CONFIRMED, Status.FAILED):
-            values = {k: v for k, v in values.items() if k not in ("lease_owner", "lease_expires_at")}
-            moved = self.ledger.transition(
-                action_id,
-                Status.DENIED_UNRESOLVED,
-                to,
-                actor=self.actor,
-                kind="late_outcome",
-                at=to_text(now),
-                detail=detail,
-                values={**values, "next_check_at": None},
-            )
-            return moved or self.ledger.get(action_id)
-        if current.status is Status.DENIED_UNRESOLVED:
-            self.ledger.transition(
-                action_id,
-                Status.DENIED_UNRESOLVED,
-                Status.DENIED_UNRESOLVED,
-                actor=self.actor,
-                kind="late_outcome",
-                at=to_text(now),
-                detail=detail,
-            )
-            return self.ledger.get(action_id)
-        return current
+        """Our lease lapsed and the record moved on: our reply is still evidence."""
+        for _ in range(3):  # each guard that fails means the record moved again: look again
+            current = self.ledger.get(claimed.action_id)
+            late = policy.late_outcome(
+                current, move, verdict, now, attempt=claimed.attempt, actor=self.actor,
+                late_send=late_send,
+            )  # fmt: skip
+            moved = self.ledger.move(late)
+            if moved is not None:
+                return moved
+        return self.ledger.get(claimed.action_id)
 
-    def _backoff_total(self, attempts: int) -> float:
-        return float(
-            sum(min(self.settings.backoff * 2**i, 2.0) for i in range(max(0, attempts - 1)))
-        )
+    def _verify_now(self, record: ActionRecord) -> ActionRecord:
+        """A conditional-write conflict is never proof (rule 10): read the resource now."""
+        from .reconcile import Reconciler
+
+        Reconciler(self.ledger, self.registry, clock=self.clock, actor=self.actor,
+                   probe=self.probe).run_ids([record.action_id])  # fmt: skip
+        return self.ledger.get(record.action_id)
 
 
-def _outcome(
-    spec: OperationSpec, rec: ActionRecord, verdict: Verdict, wire: WireResult, now: Any
-) -> tuple[Status, dict[str, Any], str]:
-    """Map a verdict to the new status and the fields that go with it."""
-    at = to_text(now)
-    values: dict[str, Any] = {}
-    if wire.object_id:
-        values["provider_object_id"] = wire.object_id
-    code = f" (HTTP {wire.status_code})" if wire.status_code is not None else ""
-
-    def verify_from(start_text: str | None) -> None:
-        start = max(now, from_text(start_text) or now)
-        values["verify_started_at"] = to_text(start)
-        values["verify_deadline_at"] = to_text(plus(start, spec.verify_deadline))
-        values["next_check_at"] = to_text(start)
-
-    if verdict is Verdict.PROVEN:
-        values.update(
-            delivery=str(Delivery.DELIVERED),
-            acceptance=str(Acceptance.ACCEPTED),
-            confirmed_at=at,
-            confirmed_by="provider",
-            next_check_at=None,
-            reason=None,
-        )
-        return Status.CONFIRMED, values, f"the provider's reply proves the effect{code}"
-    if verdict is Verdict.REJECTED:
-        values.update(
-            delivery=str(Delivery.DELIVERED),
-            acceptance=str(Acceptance.REJECTED),
-            next_check_at=None,
-            reason=f"rejected by the provider: {wire.detail[:200]}"
-            if wire.detail
-            else f"rejected by the provider{code}",
-        )
-        return Status.FAILED, values, values["reason"]
-    if verdict is Verdict.NEVER_SENT:
-        values.update(
-            delivery=str(Delivery.FAILED),
-            acceptance=str(Acceptance.REJECTED),
-            next_check_at=None,
-            reason=f"never reached the provider: {wire.detail[:200]}",
-        )
-        return Status.FAILED, values, values["reason"]
-    if verdict is Verdict.ACCEPTED:
-        values.update(delivery=str(Delivery.DELIVERED), acceptance=str(Acceptance.UNKNOWN))
-        if spec.tier is Tier.BLIND:
-            values.update(
-                next_check_at=None,
-                reason="blind operation: nothing can observe the effect; a person must verify it",
-            )
-            return Status.DENIED_UNRESOLVED, values, values["reason"]
-        if spec.tier is Tier.PARTIAL:
-            values.update(
-                next_check_at=rec.eligible_at,
-                reason="delivered; only a person can verify acceptance (partial tier)",
-            )
-            return Status.AWAITING_VERIFICATION, values, values["reason"]
-        if spec.queryable:
-            verify_from(rec.eligible_at)
-            values["reason"] = f"accepted{code}, not yet observed; verification at {values['next_check_at']}"
-            return Status.AWAITING_VERIFICATION, values, values["reason"]
-        values.update(
-            next_check_at=None,
-            reason=f"accepted{code} but the reply proves nothing and there is no query",
-        )
-        return Status.DENIED_UNRESOLVED, values, values["reason"]
-    # AMBIGUOUS
-    values.update(delivery=str(Delivery.UNKNOWN), acceptance=str(Acceptance.UNKNOWN))
-    why = f"outcome unknown{code}: {wire.detail[:200]}".rstrip(": ")
-    if not spec.dedupes_keys:
-        why += "; not repeated because the provider does not deduplicate keys"
-    if spec.queryable and spec.tier is not Tier.PARTIAL:
-        verify_from(rec.eligible_at)
-        values["reason"] = why + "; reconciliation will query the provider"
-    else:
-        values.update(next_check_at=None, reason=why + "; needs a person")
-    return Status.DENIED_UNRESOLVED, values, values["reason"]
+def _try_detail(n: int, wire: WireResult, verdict: Verdict) -> dict[str, Any]:
+    return {
+        "try": n,
+        "wire": str(wire.wire),
+        "status_code": wire.status_code,
+        "verdict": str(verdict),
+        "detail": policy.one_line(wire.detail)[:300],
+    }
 
 
-EXISTS = "action already exists with the same params; nothing sent"
+def _reason(move: Move, reason: str) -> Move:
+    from dataclasses import replace
 
-
-@dataclass
-class _Claim:
-    owner: str
-    lease_until: str
-    detail: dict[str, Any]
-    values: dict[str, Any]
+    values = {**move.values, "reason": reason}
+    return replace(move, values=values, detail={**move.detail, "reason": reason})
 
 
 def _as_found(record: ActionRecord, msg: str) -> Report:
@@ -551,7 +349,7 @@ def _as_found(record: ActionRecord, msg: str) -> Report:
     return Report(Outcome.IN_PROGRESS, record, None, msg)
 
 
-def _params_json(params: Any) -> str:
+def check_params_json(params: Any) -> str:
     """Params as stored and sent: strict JSON (no NaN/Infinity, valid UTF-8), checked
     before anything is recorded, so that a request can never fail to encode after
     its claim."""
@@ -559,12 +357,12 @@ def _params_json(params: Any) -> str:
         text = json.dumps(params, sort_keys=True, ensure_ascii=False, allow_nan=False)
         text.encode("utf-8")
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
-        raise UsageError(f"params are not valid JSON: {exc}") from None
+        raise InvalidInput(f"params are not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidInput("params are nested too deeply") from None
     return text
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+classify = policy.classify  # the one place wire results get their meaning, re-exported
 
-
-__all__ = ["DispatchSettings", "Dispatcher", "Outcome", "Report", "Result", "classify"]
+__all__ = ["DispatchSettings", "Dispatcher", "Outcome", "Report", "Result", "Verdict", "classify"]

@@ -1,57 +1,86 @@
 """Every error settled raises on purpose, in one rooted tree.
 
-    SettledError                     exit 1 unless a subclass says otherwise
-    ├── UsageError                   bad input: --params, ids, durations        (1)
-    ├── ConfigError                  settled.toml is wrong; names file, key, fix (1)
-    ├── LedgerError                  not a ledger, unreadable, corrupt           (1)
-    │   └── LedgerBusy               the write lock stayed taken too long        (1)
-    ├── UnknownProvider              provider or operation not registered        (1)
-    ├── NotFound                     no action with that id                       (6)
-    └── Conflict                     same id, other params; or a move not allowed (7)
-        └── TransitionNotAllowed     a status move outside the transition table  (7)
+    SettledError
+    ├── InvalidInput                 bad input: --params, ids, durations
+    ├── ConfigError                  settled.toml is wrong; names file, key, fix
+    ├── MissingExtra                 an optional part is not installed; names the pip install
+    ├── LedgerError                  not a ledger, unreadable, corrupt, unavailable
+    │   ├── LedgerBusy               the write lock stayed taken too long
+    │   ├── LedgerFull               the disk (or the database's quota) is full
+    │   ├── LedgerReadOnly           the ledger cannot be written (read-only file or mount)
+    │   └── OutcomeNotRecorded       a request WAS sent, but its outcome could not be written
+    ├── UnknownProvider              provider or operation not registered
+    ├── NotFound                     no action with that id
+    └── Conflict                     same id, other params; or a move not allowed now
+        └── TransitionNotAllowed     a status move outside the transition table
 
-The CLI maps each to its exit code and a one-line message (``settled.cli``).
-Nothing in the core catches broadly: an exception that is not a SettledError is a
-bug and surfaces as one (with a one-line message at the CLI boundary unless
-``SETTLED_DEBUG`` is set).
+The CLI maps each to an exit code (DESIGN.md §2) and a one-line message
+(``settled.cli``); the storage backends map their drivers' errors into this tree at
+their boundary. Nothing in the core catches broadly: an exception that is not a
+SettledError is a bug and surfaces as one.
+
+``UsageError`` is the old name of ``InvalidInput`` (exit 1, unlike Click's own usage
+errors, exit 2); it stays importable.
 """
 
 from __future__ import annotations
 
 
 class SettledError(Exception):
-    """Root of settled's own errors. ``exit_code`` is the CLI's code for it."""
-
-    exit_code = 1
+    """Root of settled's own errors."""
 
 
-class UsageError(SettledError):
-    exit_code = 1
+class InvalidInput(SettledError):
+    """Input that can never work: fix the command line and run it again."""
+
+
+UsageError = InvalidInput
 
 
 class ConfigError(SettledError):
-    exit_code = 1
+    pass
+
+
+class MissingExtra(SettledError):
+    pass
 
 
 class LedgerError(SettledError):
-    exit_code = 1
+    pass
 
 
 class LedgerBusy(LedgerError):
-    exit_code = 1
+    pass
+
+
+class LedgerFull(LedgerError):
+    pass
+
+
+class LedgerReadOnly(LedgerError):
+    pass
+
+
+class OutcomeNotRecorded(LedgerError):
+    """The request left this machine; writing what came back failed. The record
+    stays ``IN_FLIGHT`` until its lease lapses, and reconciliation settles it then."""
+
+    def __init__(self, message: str, action_id: str) -> None:
+        super().__init__(message)
+        self.action_id = action_id
 
 
 class UnknownProvider(SettledError):
-    exit_code = 1
+    pass
 
 
 class NotFound(SettledError):
-    exit_code = 6
+    pass
 
 
 class Conflict(SettledError):
-    exit_code = 7
+    pass
 
 
 class TransitionNotAllowed(Conflict):
-    exit_code = 7
+    pass

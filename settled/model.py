@@ -46,9 +46,33 @@ class Delivery(StrEnum):
 
 
 class Acceptance(StrEnum):
+    """Whether the effect happened. The stored and JSON values are the contract's
+    (``ACCEPTED``/``REJECTED``); the names say what they mean, because "accepted"
+    elsewhere means "taken by the provider, not yet observed"."""
+
     UNKNOWN = "UNKNOWN"
-    ACCEPTED = "ACCEPTED"  # effect observed
-    REJECTED = "REJECTED"  # provably not applied
+    APPLIED = "ACCEPTED"  # the effect was observed (or attested by a person)
+    NOT_APPLIED = "REJECTED"  # provably not applied
+
+
+class EventKind(StrEnum):
+    """What an event in the append-only log records."""
+
+    RECORDED = "recorded"  # the action was recorded (PENDING)
+    CLAIMED = "claimed"  # the atomic claim: PENDING → IN_FLIGHT, committed before sending
+    OUTCOME = "outcome"  # the dispatcher's classified reply
+    LATE_OUTCOME = "late_outcome"  # a reply that came after the lease had lapsed
+    LEASE_EXPIRED = "lease_expired"  # a dispatcher was lost: IN_FLIGHT → DENIED_UNRESOLVED
+    RECONCILED = "reconciled"  # a query settled it
+    UNRESOLVED = "unresolved"  # verification ended without proof, or only a person can tell
+    RESOLVED = "resolved"  # a person's attested verdict
+    RETRY = "retry"  # FAILED → PENDING: attempt N+1
+    NOTE = "note"  # evidence that changes no status (a late reply to a settled record)
+
+    @property
+    def changes_nothing(self) -> bool:
+        """An event that records evidence without moving the record."""
+        return self is EventKind.NOTE
 
 
 TERMINAL = frozenset({Status.CONFIRMED, Status.FAILED})
@@ -73,9 +97,18 @@ TRANSITIONS: frozenset[tuple[Status, Status]] = frozenset(
 )
 
 
-def check_transition(frm: Status, to: Status) -> None:
-    if (frm, to) not in TRANSITIONS:
-        raise TransitionNotAllowed(f"{frm} → {to} is not an allowed move")
+# A person's verdict may correct a terminal status that later evidence contradicts
+# (a reply that proves the effect arrived after the record was FAILED): only by
+# ``resolve``, and only on a record flagged with that contradiction.
+CORRECTIONS: frozenset[tuple[Status, Status]] = frozenset(
+    {(Status.FAILED, Status.CONFIRMED), (Status.CONFIRMED, Status.FAILED)}
+)
+
+
+def check_transition(frm: Status, to: Status, *, correction: bool = False) -> None:
+    if (frm, to) in TRANSITIONS or (correction and (frm, to) in CORRECTIONS):
+        return
+    raise TransitionNotAllowed(f"{frm} → {to} is not an allowed move")
 
 
 def new_reconciliation_key() -> str:
@@ -120,6 +153,59 @@ def idempotency_key(action_id: str, attempt: int) -> str:
     return f"{action_id}:{attempt}"
 
 
+@dataclass(frozen=True)
+class Declared:
+    """What an operation declared when an action was recorded: its tier and every
+    setting that decides how the action is sent and verified. Stored with the action,
+    it governs the action for life; a later config change affects new actions only.
+
+    ``backoff`` is None when the operation left it to the dispatcher's default."""
+
+    tier: Tier
+    consistency_window: float = DEFAULT_CONSISTENCY_WINDOW
+    attempts: int = 1
+    timeout: float = 5.0
+    dedupes_keys: bool = False
+    backoff: float | None = None
+    verify_interval: float = 2.0
+    verify_deadline: float = 300.0
+    queryable: bool = False
+    carries_key: bool = False
+    snapshots: bool = False
+    query_by_object_id: bool = False
+
+    @classmethod
+    def of(cls, spec: Any) -> Declared:
+        """The declarations of an operation spec (``providers.base.OperationSpec``)."""
+        return cls(
+            tier=Tier(spec.tier),
+            consistency_window=float(spec.consistency_window),
+            attempts=int(spec.attempts),
+            timeout=float(spec.timeout),
+            dedupes_keys=bool(spec.dedupes_keys),
+            backoff=getattr(spec, "backoff", None),
+            verify_interval=float(spec.verify_interval),
+            verify_deadline=float(spec.verify_deadline),
+            queryable=bool(spec.queryable),
+            carries_key=bool(spec.carries_key),
+            snapshots=bool(spec.snapshots),
+            query_by_object_id=bool(spec.query_by_object_id),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: (str(v) if isinstance(v, StrEnum) else v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Declared:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**{**known, "tier": Tier(known["tier"])})
+
+    def differences(self, other: Declared) -> list[str]:
+        """``key: stored → now`` for every declaration that differs from ``other``."""
+        mine, theirs = self.to_json(), other.to_json()
+        return [f"{k}: {mine[k]} → {theirs[k]}" for k in mine if mine[k] != theirs[k]]
+
+
 # Public JSON fields of a record, in the order DESIGN.md lists them.
 RECORD_FIELDS = (
     "action_id",
@@ -149,11 +235,23 @@ RECORD_FIELDS = (
     "verify_deadline_at",
     "checks",
     "reason",
+    "lands_by",
+    "contradiction",
+    "declared",
 )
 
 
 @dataclass
 class ActionRecord:
+    """One action as the ledger holds it. Times are stored text (``clock.to_text``).
+
+    ``lands_by`` is the last moment this attempt's request could reach the provider
+    (its claim plus the whole request budget plus grace: the dispatcher never starts
+    a request after its lease lapses); an absence observed before it proves nothing.
+    ``contradiction`` says why later evidence disagrees with a terminal status; it
+    blocks ``retry`` until a person resolves it. ``declared`` is the operation's
+    declarations when the action was recorded (None on records older than that)."""
+
     action_id: str
     provider: str
     operation: str
@@ -181,45 +279,15 @@ class ActionRecord:
     verify_deadline_at: str | None = None
     checks: int = 0
     reason: str | None = None
+    lands_by: str | None = None
+    contradiction: str | None = None
+    declared: Declared | None = None
+    verify_started_at: str | None = field(default=None, repr=False)
     snapshot: Any = field(default=None, repr=False)
 
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> ActionRecord:
-        snap = row.get("snapshot")
-        return cls(
-            action_id=row["action_id"],
-            provider=row["provider"],
-            operation=row["operation"],
-            params=json.loads(row["params"]),
-            params_hash=row["params_hash"],
-            tier=Tier(row["tier"]),
-            reconciliation_key=row["reconciliation_key"],
-            eligible_at=row["eligible_at"],
-            requires_manual_verification=bool(row["requires_manual_verification"]),
-            attempt=row["attempt"],
-            idempotency_key=row["idempotency_key"],
-            dispatch_id=row["dispatch_id"],
-            provider_object_id=row["provider_object_id"],
-            status=Status(row["status"]),
-            delivery=Delivery(row["delivery"]),
-            acceptance=Acceptance(row["acceptance"]),
-            dispatched_at=row["dispatched_at"],
-            confirmed_at=row["confirmed_at"],
-            confirmed_by=row["confirmed_by"],
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
-            lease_owner=row["lease_owner"],
-            lease_expires_at=row["lease_expires_at"],
-            next_check_at=row["next_check_at"],
-            verify_deadline_at=row["verify_deadline_at"],
-            checks=row["checks"],
-            reason=row["reason"],
-            snapshot=json.loads(snap) if snap is not None else None,
-        )
-
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.pop("snapshot")
+        d = {k: getattr(self, k) for k in RECORD_FIELDS}
+        d["declared"] = self.declared.to_json() if self.declared is not None else None
         return {k: (str(v) if isinstance(v, StrEnum) else v) for k, v in d.items()}
 
     @property
@@ -248,4 +316,3 @@ def params_hash(params: Any) -> str:
 
     canon = json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canon.encode()).hexdigest()
-

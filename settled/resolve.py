@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
-from .clock import to_text
-from .errors import TransitionNotAllowed, UsageError
-from .ledger import Ledger
-from .model import Acceptance, ActionRecord, Delivery, Status
+from . import policy
+from .errors import InvalidInput, TransitionNotAllowed
+from .model import ActionRecord, Status
+from .storage import Ledger
 
 
 def resolve(
@@ -22,55 +21,28 @@ def resolve(
     evidence: str | None = None,
     object_id: str | None = None,
 ) -> ActionRecord:
-    """Record an operator's attested verdict. Allowed from ``DENIED_UNRESOLVED``, and
-    from ``AWAITING_VERIFICATION`` when the operation requires manual verification.
-    The event keeps actor, reason, evidence and object id; ``confirmed_by`` becomes
-    ``operator:NAME``."""
+    """Record an operator's attested verdict. Allowed from ``DENIED_UNRESOLVED``;
+    from ``AWAITING_VERIFICATION`` when the operation requires manual verification;
+    and on a terminal record that later evidence contradicts (the verdict corrects
+    its status, or confirms it and clears the flag). The event keeps actor, reason,
+    evidence and object id; ``confirmed_by`` becomes ``operator:NAME``."""
     if not reason or not reason.strip():
-        raise UsageError("--reason is required: say how you know")
+        raise InvalidInput("--reason is required: say how you know")
     if not by or not by.strip():
-        raise UsageError("--by must not be empty")
+        raise InvalidInput("--by must not be empty")
     rec = ledger.get(action_id)
-    allowed = rec.status is Status.DENIED_UNRESOLVED or (
-        rec.status is Status.AWAITING_VERIFICATION and rec.requires_manual_verification
-    )
-    if not allowed:
+    move = policy.resolution(
+        rec, applied=applied, reason=reason.strip(), by=by.strip(), now=now,
+        evidence=evidence, object_id=object_id,
+    )  # fmt: skip
+    if move is None:
         hint = (
             "it is verified automatically; wait or run `settled reconcile`"
             if rec.status is Status.AWAITING_VERIFICATION
             else "resolve applies to unresolved actions only"
         )
         raise TransitionNotAllowed(f"action {action_id} is {rec.status}; {hint}")
-    actor = f"operator:{by.strip()}"
-    at = to_text(now)
-    to = Status.CONFIRMED if applied else Status.FAILED
-    values: dict[str, Any] = {
-        "next_check_at": None,
-        "lease_owner": None,
-        "acceptance": str(Acceptance.ACCEPTED if applied else Acceptance.REJECTED),
-        "reason": f"resolved by {actor}: {reason.strip()}",
-    }
-    if applied:
-        values.update(confirmed_at=at, confirmed_by=actor, delivery=str(Delivery.DELIVERED))
-    if object_id:
-        values["provider_object_id"] = object_id
-    detail = {
-        "verdict": "applied" if applied else "not_applied",
-        "reason": reason.strip(),
-        "evidence": evidence,
-        "object_id": object_id,
-        "by": by.strip(),
-    }
-    moved = ledger.transition(
-        action_id,
-        rec.status,
-        to,
-        actor=actor,
-        kind="resolved",
-        at=at,
-        detail=detail,
-        values=values,
-    )
+    moved = ledger.move(move)
     if moved is None:
         current = ledger.get(action_id)
         raise TransitionNotAllowed(

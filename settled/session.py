@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Self
 
+from .crashpoints import Probe, no_probe
+
 if TYPE_CHECKING:
     from .config import Config
     from .dispatch import Dispatcher
@@ -37,6 +39,7 @@ class Session:
         self._config: Config | None = None
         self._ledger: Ledger | None = None
         self._registry: Registry | None = None
+        self.probe: Probe = no_probe  # crash points: armed only by ``settled.testing``
 
     def config(self) -> Config:
         if self._config is None:
@@ -61,7 +64,9 @@ class Session:
             path = self.ledger_location()
             if create and not self.db and not cfg.ledger_path:
                 os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-            self._ledger = Ledger.open(path, busy_timeout=cfg.busy_timeout, create=create)
+            self._ledger = Ledger.open(
+                path, busy_timeout=cfg.busy_timeout, create=create, probe=self.probe
+            )
         return self._ledger
 
     def registry(self) -> Registry:
@@ -78,7 +83,9 @@ class Session:
 
         cfg = self.config()
         settings = DispatchSettings(lease_grace=cfg.lease_grace, backoff=cfg.backoff)
-        return Dispatcher(self.ledger(), self.registry(), settings=settings, actor=actor)
+        return Dispatcher(
+            self.ledger(), self.registry(), settings=settings, actor=actor, probe=self.probe
+        )
 
     def reconciler(self, **kw: Any) -> Reconciler:
         """The reconciler every verifying path uses, configured from settled.toml."""
@@ -87,6 +94,7 @@ class Session:
         cfg = self.config()
         kw.setdefault("batch", cfg.reconcile_batch)
         kw.setdefault("lease", cfg.reconcile_lease)
+        kw.setdefault("probe", self.probe)
         return Reconciler(self.ledger(), self.registry(), **kw)
 
     def close(self) -> None:

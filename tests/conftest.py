@@ -26,7 +26,6 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SETTLED_DB", str(tmp_path / "ledger.db"))
     monkeypatch.setenv("SETTLED_CONFIG", str(tmp_path / "settled.toml"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
-    monkeypatch.delenv("SETTLED_FAULTPOINT", raising=False)
     monkeypatch.delenv("SETTLED_DEBUG", raising=False)
     monkeypatch.setenv("NO_COLOR", "1")
     (tmp_path / "settled.toml").write_text("")
@@ -109,13 +108,23 @@ def sim_config(tmp_path: Path, sim: SimServer) -> Path:
     return write_config(tmp_path / "settled.toml", {"sim": sim_conf(sim)})
 
 
+def command(args: tuple[str, ...], crash_at: str | None, pause_at: str | None = None) -> list[str]:
+    """`settled ARGS` as a real process; with ``crash_at`` (or ``pause_at``), through
+    the entry point that arms that crash point (``settled.testing``)."""
+    if crash_at:
+        return [sys.executable, "-m", "settled.testing", "--crash-at", crash_at, *args]
+    if pause_at:
+        return [sys.executable, "-m", "settled.testing", "--pause-at", pause_at, *args]
+    return [sys.executable, "-m", "settled", *args]
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, input: str | None = None,
-            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+            timeout: float = 60, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run `settled` as a real process (python -m settled)."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "settled", *args],
+        command(args, crash_at),
         capture_output=True,
         text=True,
         env=full_env,
@@ -125,11 +134,12 @@ def run_cli(*args: str, env: dict[str, str] | None = None, input: str | None = N
     )
 
 
-def popen_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+def popen_cli(*args: str, env: dict[str, str] | None = None,
+              crash_at: str | None = None, pause_at: str | None = None) -> subprocess.Popen[str]:
     full_env = dict(os.environ)
     full_env.update(env or {})
     return subprocess.Popen(
-        [sys.executable, "-m", "settled", *args],
+        command(args, crash_at, pause_at),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -21,7 +21,7 @@ from typing import Any
 
 from settled.clock import Clock, from_text
 from settled.ledger import Ledger
-from settled.model import TRANSITIONS, Acceptance, ActionRecord, Status
+from settled.model import CORRECTIONS, TRANSITIONS, Acceptance, ActionRecord, EventKind, Status
 from settled.providers.sim_server import SimServer
 from settled.reconcile import Reconciler
 
@@ -81,7 +81,11 @@ def check_events(ledger: Ledger, rec: ActionRecord) -> int:
             f"but the log had reached {state}"
         )
         move = (Status(ev.from_status), Status(ev.to_status))
-        assert move in TRANSITIONS, f"{rec.action_id}: event {ev.id} {move} is not in the table"
+        if ev.kind == EventKind.NOTE:  # evidence that moves nothing
+            assert move[0] is move[1], f"{rec.action_id}: note {ev.id} moves {move}"
+            continue
+        allowed = move in TRANSITIONS or (ev.kind == EventKind.RESOLVED and move in CORRECTIONS)
+        assert allowed, f"{rec.action_id}: event {ev.id} {move} is not in the table"
         assert ev.actor, f"{rec.action_id}: event {ev.id} has no actor"
         state = Status(ev.to_status)
     assert state is rec.status, f"{rec.action_id}: log replays to {state}, record says {rec.status}"
@@ -138,10 +142,12 @@ def check(
         assert effects <= 1, f"{where}: {effects} effects applied"
         if rec.status is Status.CONFIRMED:
             assert effects == 1, f"{where}: CONFIRMED without an applied effect"
-            assert rec.acceptance is Acceptance.ACCEPTED and rec.confirmed_by, where
+            assert rec.acceptance is Acceptance.APPLIED and rec.confirmed_by, where
         if rec.status is Status.FAILED:
+            # No late effect after FAILED: once FAILED, no request of the attempt can
+            # still land (rule 9), so the provider never shows an effect later.
             assert effects == 0, f"{where}: FAILED although the effect was applied"
-            assert rec.acceptance is Acceptance.REJECTED, where
+            assert rec.acceptance is Acceptance.NOT_APPLIED, where
         known = {f"{aid}:{n}" for n in range(1, rec.attempt + 1)}
         keys = Counter(r["idempotency_key"] for r in reqs if r["idempotency_key"] is not None)
         assert set(keys) <= known, f"{where}: requests under unknown keys {set(keys) - known}"
@@ -163,6 +169,26 @@ def check(
         statuses[str(rec.status)] += 1
     assert ledger.integrity_check() == "ok"
     return statuses
+
+
+def contradictions_block_retry(ledger: Ledger, dispatcher: Any, server: SimServer | None) -> int:
+    """Every record flagged with a contradiction refuses ``retry`` and sends nothing;
+    returns how many there are."""
+    from settled.errors import TransitionNotAllowed
+
+    flagged = [r for r in all_records(ledger) if r.contradiction is not None]
+    for rec in flagged:
+        sent = len(server.requests_for(rec.action_id)) if server is not None else 0
+        try:
+            dispatcher.retry(rec.action_id)
+        except TransitionNotAllowed:
+            pass
+        else:
+            raise AssertionError(f"{rec.action_id}: retry went ahead despite {rec.contradiction}")
+        if server is not None:
+            assert len(server.requests_for(rec.action_id)) == sent, rec.action_id
+        assert ledger.get(rec.action_id).attempt == rec.attempt, rec.action_id
+    return len(flagged)
 
 
 # ------------------------------------------------------------------------ driving

@@ -3,13 +3,15 @@ any reason, in DENIED_UNRESOLVED (or another status) without a provider."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
+from records import declared
+
+from settled import policy
 from settled.clock import plus, to_text, utcnow
 from settled.ledger import Ledger
-from settled.model import Status
+from settled.model import EventKind, Status, Tier
+from settled.storage import Move
 
 
 def add(
@@ -25,57 +27,48 @@ def add(
     tier: str = "blind",
     by: str = "test",
 ) -> None:
-    at = to_text(plus(utcnow(), -age))
-    body = json.dumps(params if params is not None else {"to": "x"}, ensure_ascii=False)
-    ledger.record(
-        {
-            "action_id": action_id,
-            "provider": provider,
-            "operation": operation,
-            "params": body,
-            "params_hash": hashlib.sha256(body.encode()).hexdigest(),
-            "tier": tier,
-            "reconciliation_key": None,
-            "eligible_at": None,
-            "requires_manual_verification": 1 if tier in ("blind", "partial") else 0,
-            "attempt": 1,
-            "idempotency_key": f"{action_id}:1",
-            "status": "PENDING",
-            "delivery": "PENDING",
-            "acceptance": "UNKNOWN",
-            "created_at": at,
-            "updated_at": at,
-            "checks": 0,
-        },
-        actor=by,
-        at=at,
+    when = plus(utcnow(), -age)
+    at = to_text(when)
+    rec = policy.new_record(
+        action_id=action_id,
+        provider=provider,
+        operation=operation,
+        params={"to": "x"} if params is None else params,
+        declared=declared(Tier(tier)),
+        now=when,
     )
+    ledger.record(rec, actor=by)
     if status is Status.PENDING:
         return
-    ledger.transition(
-        action_id,
-        Status.PENDING,
-        Status.IN_FLIGHT,
-        actor=by,
-        kind="claimed",
-        at=at,
-        values={"lease_expires_at": to_text(plus(utcnow(), 60))},
-        detail={"idempotency_key": f"{action_id}:1"},
+    lease = to_text(plus(utcnow(), 60))
+    ledger.move(
+        Move(
+            action_id,
+            Status.PENDING,
+            Status.IN_FLIGHT,
+            at,
+            by,
+            EventKind.CLAIMED,
+            values={"lease_expires_at": lease},
+            detail={"idempotency_key": f"{action_id}:1", "lease_expires_at": lease},
+        )
     )
     if status is Status.IN_FLIGHT:
         return
-    ledger.transition(
-        action_id,
-        Status.IN_FLIGHT,
-        status,
-        actor=by,
-        kind="outcome",
-        at=at,
-        values={
-            "reason": reason,
-            "lease_expires_at": None,
-            "dispatched_at": at,
-            "delivery": "UNKNOWN",
-        },
-        detail={"reason": reason},
+    ledger.move(
+        Move(
+            action_id,
+            Status.IN_FLIGHT,
+            status,
+            at,
+            by,
+            EventKind.OUTCOME,
+            values={
+                "reason": reason,
+                "lease_expires_at": None,
+                "dispatched_at": at,
+                "delivery": "UNKNOWN",
+            },
+            detail={"reason": reason},
+        )
     )

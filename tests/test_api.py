@@ -18,9 +18,10 @@ def test_all_is_sorted_and_importable() -> None:
 def test_exported_members() -> None:
     assert set(settled.__all__) == {
         "TRANSITIONS", "Acceptance", "ActionRecord", "Clock", "Config", "ConfigError",
-        "Conflict", "Delivery", "DispatchSettings", "DispatchStrategy", "Dispatcher", "Event",
-        "FakeClock", "Ledger", "LedgerBusy", "LedgerError", "NotFound", "Outcome",
-        "PassReport", "Reconciler", "Report", "Result", "SettledError", "Status", "Tier",
+        "Conflict", "Declared", "Delivery", "DispatchSettings", "DispatchStrategy", "Dispatcher",
+        "Event", "EventKind", "FakeClock", "InvalidInput", "Ledger", "LedgerBusy", "LedgerError",
+        "NotFound", "Outcome", "OutcomeNotRecorded", "PassReport", "Reconciler", "Report",
+        "Result", "Session", "SettledError", "Status", "Tier",
         "TransitionNotAllowed", "UnknownProvider", "UsageError", "build_strategy", "classify",
     }
 

@@ -67,10 +67,11 @@ def test_reconcile_due_prints_the_pass_report_and_exits_0(
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["examined"] == 3 and report["counts"] == {"CONFIRMED": 1, "FAILED": 1}
-    assert [s["action_id"] for s in report["skipped"]] == ["lost"]
-    assert report["skipped"][0]["kind"] == "waiting" and report["stopped"] is False
+    assert [s["action_id"] for s in report["waiting"]] == ["lost"]
+    assert report["waiting"][0]["kind"] == "waiting" and report["waiting"][0]["seen"] == "not_yet"
+    assert report["skipped"] == [] and report["stopped"] is False
     assert set(report["changes"][0]) == {
-        "at", "action_id", "from", "to", "kind", "reason", "next_check_at"}
+        "at", "action_id", "from", "to", "kind", "reason", "next_check_at", "seen"}
     human = run_cli("reconcile", "--due")
     assert human.returncode == 0 and "examined" in human.stderr
 

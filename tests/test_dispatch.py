@@ -156,14 +156,16 @@ def test_a_dispatch_records_and_claims_in_one_transaction(
 ) -> None:
     """Two durable transactions per dispatch (record + claim, then the outcome); a
     recorded action waiting for confirmation takes one, its confirmation two."""
+    from settled.storage.sqlite import SqliteLedger
+
     opened = []
-    write = Ledger.write
+    write = SqliteLedger._write
 
-    def counting(self: Ledger) -> object:
-        opened.append(1)
-        return write(self)
+    def counting(self: SqliteLedger, doing: str) -> object:
+        opened.append(doing)
+        return write(self, doing)
 
-    monkeypatch.setattr(Ledger, "write", counting)
+    monkeypatch.setattr(SqliteLedger, "_write", counting)
     d.submit("sim", "book", {"a": 1}, action_id="one")
     assert len(opened) == 2 and len(sim.requests_for("one")) == 1
     opened.clear()

@@ -105,7 +105,7 @@ def test_dispatcher_killed_mid_request_is_settled_from_the_provider_state(
 ) -> None:
     configure(tmp_path, sim, dispatch={"lease_grace": 0.7}, attempts=1)
     killed = run_cli("dispatch", "sim", "send", "--action-id", "crash",
-                     env={"SETTLED_FAULTPOINT": "after_send"})
+                     crash_at="after_send")
     assert killed.returncode == -9 and killed.stdout == ""
     mid = record(db_path, "crash")
     assert mid["status"] == "IN_FLIGHT" and mid["delivery"] == "IN_FLIGHT"
@@ -138,7 +138,7 @@ def test_dispatcher_killed_before_sending_is_never_confirmed_nor_resent(
 ) -> None:
     configure(tmp_path, sim, dispatch={"lease_grace": 0.2}, attempts=1, verify_deadline=0.3)
     killed = run_cli("dispatch", "sim", "send", "--action-id", "early",
-                     env={"SETTLED_FAULTPOINT": "after_claim"})
+                     crash_at="after_claim")
     assert killed.returncode == -9
     wait_past(record(db_path, "early")["lease_expires_at"])
     for _ in range(40):  # bounded: the verification budget is 0.3 s

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from records import new_record
+
 import settled
 from settled.ledger import Ledger
 
@@ -35,9 +37,9 @@ def test_import_settled_cli_stays_light() -> None:
 
 
 def test_import_settled_loads_no_submodule_until_used() -> None:
-    mods = ("settled.ledger", "settled.dispatch", "settled.reconcile", "settled.config")
+    mods = ("settled.storage", "settled.dispatch", "settled.reconcile", "settled.config")
     assert loaded_after("import settled", *mods) == []
-    assert loaded_after("from settled import Ledger", *mods) == ["settled.ledger"]
+    assert loaded_after("from settled import Ledger", *mods) == ["settled.storage"]
 
 
 def test_public_names_all_resolve() -> None:
@@ -50,15 +52,7 @@ def test_show_json_loads_nothing_heavy(db_path: Path, tmp_path: Path) -> None:
     import os
 
     with Ledger.open(db_path) as led:
-        led.record(
-            {"action_id": "a-1", "provider": "p", "operation": "o", "params": "{}",
-             "params_hash": "h", "tier": "full", "reconciliation_key": None,
-             "eligible_at": None, "requires_manual_verification": 0, "attempt": 1,
-             "idempotency_key": "a-1:1", "status": "PENDING", "delivery": "PENDING",
-             "acceptance": "UNKNOWN", "created_at": "2026-01-01T00:00:00.000000Z",
-             "updated_at": "2026-01-01T00:00:00.000000Z", "checks": 0},
-            actor="test", at="2026-01-01T00:00:00.000000Z",
-        )
+        led.record(new_record(), actor="test")
     code = (
         "import sys\nsys.argv = ['settled', 'show', 'a-1', '--json']\n"
         "from settled.cli import main\nmain()\n"

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
+from records import new_record, transition
 
-from settled import ledger as ledger_mod
 from settled.clock import FakeClock, to_text
-from settled.ledger import Ledger
-from settled.model import Status, Tier
+from settled.model import EventKind, Status, Tier
 from settled.providers import Registry
 from settled.providers.base import (
     BaseProvider,
@@ -26,6 +24,8 @@ from settled.providers.base import (
     WireResult,
 )
 from settled.reconcile import Reconciler
+from settled.storage import Ledger
+from settled.storage import sqlite as ledger_mod
 
 AT = "2026-01-01T00:00:00.000000Z"
 
@@ -53,14 +53,8 @@ class Scripted(BaseProvider):
 
 
 def _record(led: Ledger, aid: str) -> None:
-    row: dict[str, Any] = {
-        "action_id": aid, "provider": "scripted", "operation": "send", "params": "{}",
-        "params_hash": "h", "tier": "reconcilable", "reconciliation_key": "k-" + aid,
-        "eligible_at": AT, "requires_manual_verification": 0, "attempt": 1,
-        "idempotency_key": aid + ":1", "status": "PENDING", "delivery": "PENDING",
-        "acceptance": "UNKNOWN", "created_at": AT, "updated_at": AT, "checks": 0,
-    }
-    led.record(row, actor="test", at=AT)
+    led.record(new_record(aid, tier=Tier.RECONCILABLE, provider="scripted", operation="send"),
+               actor="test")
 
 
 @pytest.mark.parametrize("returning", [True, False])
@@ -70,16 +64,16 @@ def test_transition_returns_the_new_row_or_none(
     monkeypatch.setattr(ledger_mod, "HAS_RETURNING", returning)
     with Ledger.open(db_path) as led:
         _record(led, "a")
-        moved = led.transition("a", Status.PENDING, Status.IN_FLIGHT, actor="t", kind="claimed",
-                               at=AT, values={"lease_owner": "me", "delivery": "IN_FLIGHT"})
+        moved = transition(led, "a", Status.PENDING, Status.IN_FLIGHT, kind=EventKind.CLAIMED,
+                           lease_owner="me", delivery="IN_FLIGHT")
         assert moved is not None
         assert (moved.status, moved.lease_owner, moved.delivery) == ("IN_FLIGHT", "me", "IN_FLIGHT")
         assert moved == led.get("a")
         # the guard: not PENDING any more, and the wrong owner
-        assert led.transition("a", Status.PENDING, Status.IN_FLIGHT, actor="t", kind="claimed",
-                              at=AT) is None
-        assert led.transition("a", Status.IN_FLIGHT, Status.FAILED, actor="t", kind="outcome",
-                              at=AT, owner="someone-else") is None
+        assert transition(led, "a", Status.PENDING, Status.IN_FLIGHT,
+                          kind=EventKind.CLAIMED) is None
+        assert transition(led, "a", Status.IN_FLIGHT, Status.FAILED, kind=EventKind.OUTCOME,
+                          owner="someone-else") is None
         assert [e.kind for e in led.events("a")] == ["recorded", "claimed"]
         assert led.get("a").status == "IN_FLIGHT"
 
@@ -88,13 +82,12 @@ def _awaiting(led: Ledger, aids: list[str], clock: FakeClock) -> None:
     now = to_text(clock.now())
     for aid in aids:
         _record(led, aid)
-        led.transition(aid, Status.PENDING, Status.IN_FLIGHT, actor="t", kind="claimed", at=now,
-                       values={"lease_owner": "d"})
-        led.transition(aid, Status.IN_FLIGHT, Status.AWAITING_VERIFICATION, actor="t",
-                       kind="outcome", at=now, owner="d",
-                       values={"lease_owner": None, "next_check_at": now,
-                               "verify_started_at": now,
-                               "verify_deadline_at": to_text(clock.now().replace(year=2027))})
+        transition(led, aid, Status.PENDING, Status.IN_FLIGHT, kind=EventKind.CLAIMED, at=now,
+                   lease_owner="d")
+        transition(led, aid, Status.IN_FLIGHT, Status.AWAITING_VERIFICATION,
+                   kind=EventKind.OUTCOME, at=now, owner="d", lease_owner=None,
+                   next_check_at=now, verify_started_at=now,
+                   verify_deadline_at=to_text(clock.now().replace(year=2027)))
 
 
 @pytest.mark.parametrize("batch", [1, 2, 50])
@@ -118,7 +111,7 @@ def test_a_batch_settles_each_row_as_its_check_says(db_path: Path, batch: int) -
         assert report.examined == 5
         assert sorted(c.action_id for c in report.changes) == ["gone", "ok-1", "ok-2"]
         assert sorted(changes) == ["gone", "ok-1", "ok-2"]
-        assert sorted(c.action_id for c in report.skipped) == ["later", "odd"]
+        assert sorted(c.action_id for c in report.waiting) == ["later", "odd"]
         for aid in ("later", "odd"):  # rescheduled, lease released, no event
             rec = led.get(aid)
             assert rec.lease_owner is None and rec.checks == 1

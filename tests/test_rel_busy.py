@@ -117,8 +117,9 @@ class _LockingServer(SimServer):
 
 def test_busy_at_the_outcome_is_reported_honestly(tmp_path: Path, db_path: Path) -> None:
     """The claim committed and the request left, then the ledger stayed locked past the
-    bound: the command fails (exit 1, one line), says the request was sent, and the
-    record is settled later by reconciliation, never reported as an outcome."""
+    bound: the command says in one line that the request was sent, exits with the
+    record's status (3: IN_FLIGHT), and the record is settled later by reconciliation,
+    never reported as an outcome."""
     with _LockingServer(hang=1.0, honour_keys=False) as server:
         provider = {"type": "sim", "base_url": server.url, "timeout": 0.5, "attempts": 1,
                     "consistency_window": 0.0, "verify_interval": 0.05, "verify_deadline": 1.0}
@@ -134,7 +135,7 @@ def test_busy_at_the_outcome_is_reported_honestly(tmp_path: Path, db_path: Path)
             server.on_request = None
             time.sleep(1.6)
             locker.close()
-        assert done.returncode == 1 and done.stdout == "", done.stderr
+        assert done.returncode == 3 and done.stdout == "", done.stderr
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in done.stderr
         assert "nothing was changed" not in lines[0]

@@ -40,7 +40,8 @@ C, F, U, A = (
     Status.AWAITING_VERIFICATION,
 )
 
-DISPATCH_LEASE_GRACE = 0.2  # with timeout 0.3 × 1 attempt: an IN_FLIGHT lease of 0.5 s
+DISPATCH_LEASE_GRACE = 1.5  # with timeout 0.3 × 1 attempt: an IN_FLIGHT lease of 1.8 s, room
+# for 24 processes starting at once on 2 cores (a lapsed lease sends nothing)
 RECONCILE_LEASE = 0.3
 
 DISPATCH_POINTS = (
@@ -80,7 +81,7 @@ AFTER_RECOVERY = {
 def reconcile_process(db: Path, point: str | None = None) -> subprocess.CompletedProcess[str]:
     """One pass of ``settled reconcile --due`` (cron's way), as a real process."""
     return run_cli("--db", str(db), "reconcile", "--due", "--json",
-                   env={"SETTLED_FAULTPOINT": point} if point else None)
+                   crash_at=point)
 
 
 def reconcile_until_killed(db: Path, point: str, passes: int = 20) -> list[str]:
@@ -176,12 +177,11 @@ def test_dispatcher_killed_at_every_step(server: SimServer, config: Path, db_pat
                          needs_confirmation=True)
     procs = {}
     for (point, kind), aid in cases.items():
-        armed = {"SETTLED_FAULTPOINT": point}
         if kind == "confirm-send":
-            procs[(point, kind)] = popen_cli("confirm", aid, "--json", env=armed)
+            procs[(point, kind)] = popen_cli("confirm", aid, "--json", crash_at=point)
         else:
             procs[(point, kind)] = popen_cli("dispatch", "sim", kind, "--action-id", aid,
-                                             "--params", params[aid], "--json", env=armed)
+                                             "--params", params[aid], "--json", crash_at=point)
     for case, (code, out, err) in _communicate_all(procs).items():
         assert code == -signal.SIGKILL, f"{case}: exit {code}: {err}"
         assert out == "" and "Traceback" not in err, case
@@ -275,7 +275,7 @@ def test_reconciler_killed_at_every_step(server: SimServer, config: Path, tmp_pa
         ])
         orphans[point] = popen_cli("--db", str(db), "dispatch", "sim", "send", "--action-id",
                                    f"{tag}-orphan", "--params", "{}",
-                                   env={"SETTLED_FAULTPOINT": "after_reply"})
+                                   crash_at="after_reply")
     for point, (code, _, err) in _communicate_all(orphans).items():
         assert code == -signal.SIGKILL, (point, err)
     time.sleep(0.5 + DISPATCH_LEASE_GRACE)  # the orphans' leases have expired
@@ -351,7 +351,7 @@ def test_daemon_killed_mid_pass_loses_observations_never_statuses(
         ])
         orphans[point] = popen_cli("--db", str(db), "dispatch", "sim", "send", "--action-id",
                                    f"{tag}-orphan", "--params", "{}",
-                                   env={"SETTLED_FAULTPOINT": "after_reply"})
+                                   crash_at="after_reply")
     for point, (code, _, err) in _communicate_all(orphans).items():
         assert code == -signal.SIGKILL, (point, err)
     time.sleep(0.5 + DISPATCH_LEASE_GRACE)  # the orphans' dispatch leases have expired
@@ -364,7 +364,7 @@ def test_daemon_killed_mid_pass_loses_observations_never_statuses(
     before = {point: snapshot(db) for point, db in dbs.items()}
     daemons = {
         point: popen_cli("--db", str(db), "--config", str(daemon_config), "daemon",
-                         "--interval", "0.1", env={"SETTLED_FAULTPOINT": point})
+                         "--interval", "0.1", crash_at=point)
         for point, db in dbs.items()
     }
     for point, (code, _out, err) in _communicate_all(daemons).items():

@@ -494,9 +494,10 @@ def test_module_entry_point(client: httpx.Client) -> None:
 def test_after_send_crash_point_kills_between_request_and_reply(server: SimServer) -> None:
     script = (
         "import sys, httpx\n"
+        "from settled import crashpoints\n"
         "from settled.providers import sim\n"
         "from settled.providers.base import Request\n"
-        "with httpx.Client() as c:\n"
+        "with httpx.Client() as c, crashpoints.active(crashpoints.kill_at('after_send')):\n"
         "    p = sim.create('sim', {'base_url': sys.argv[1]}, c)\n"
         "    p.execute(Request('a1', 'book', {}, 'a1:1', 'rk-a1', 1, 5.0))\n"
         "print('survived')\n"
@@ -504,7 +505,6 @@ def test_after_send_crash_point_kills_between_request_and_reply(server: SimServe
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-        "SETTLED_FAULTPOINT": "after_send",
     }
     done = subprocess.run(
         [sys.executable, "-c", script, server.url],

@@ -45,8 +45,6 @@ def _quiet_interrupt() -> None:
 
 
 def _run(argv: list[str] | None) -> int:
-    import sqlite3
-
     from ..errors import SettledError
     from . import common
     from .app import app
@@ -73,12 +71,7 @@ def _run(argv: list[str] | None) -> int:
         if debug:
             raise
         print(f"settled: error: {_line(exc)}", file=sys.stderr)
-        return exc.exit_code
-    except sqlite3.DatabaseError as exc:
-        if debug:
-            raise
-        print(f"settled: error: ledger: {_line(exc)}", file=sys.stderr)
-        return 1
+        return common.exit_for(exc)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # the one broad catch: a bug must not show a traceback
@@ -96,7 +89,6 @@ def _run(argv: list[str] | None) -> int:
             file=sys.stderr,
         )
         return 1
-
 
 
 def _show_click_error(exc: BaseException) -> None:

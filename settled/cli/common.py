@@ -34,6 +34,20 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_UNRESOLVED = 4
 EXIT_NOT_FOUND = 6
+EXIT_CONFLICT = 7
+
+
+def exit_for(exc: Exception) -> int:
+    """The exit code of one of settled's own errors (DESIGN.md §2)."""
+    from ..errors import Conflict, NotFound, OutcomeNotRecorded
+
+    if isinstance(exc, NotFound):
+        return EXIT_NOT_FOUND
+    if isinstance(exc, Conflict):
+        return EXIT_CONFLICT
+    if isinstance(exc, OutcomeNotRecorded):  # sent; the record stays IN_FLIGHT
+        return EXIT_BY_STATUS[Status.IN_FLIGHT]
+    return EXIT_ERROR
 
 
 def report_exit(report: Any) -> int:
@@ -266,7 +280,7 @@ def config_secrets() -> list[str]:
 def known_names(ledger: Any, *, operations: bool = False) -> tuple[set[str], set[tuple[str, str]]]:
     """Provider names, and (provider, operation) pairs, from the ledger and the config
     (the config's operations only with ``operations``: that builds the providers)."""
-    pairs = {(p, o) for _s, p, o, _n in ledger.tally()} if ledger is not None else set()
+    pairs = set(ledger.names()) if ledger is not None else set()
     providers = {p for p, _o in pairs}
     try:
         cfg = STATE.config()

@@ -94,6 +94,7 @@ def register(app: typer.Typer) -> None:
             metrics=board,
             metrics_address=where,
             notifier=Notifier(),
+            probe=STATE.probe,
         )
 
         def on_signal(signum: int, _frame: object) -> None:

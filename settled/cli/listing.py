@@ -282,7 +282,10 @@ def register(app: typer.Typer) -> None:
         ),
         as_json: bool = typer.Option(False, "--json", help="Rows as a JSON array (= -o json)."),
     ) -> None:
+        from dataclasses import replace
+
         from ..clock import plus, to_text, utcnow
+        from ..storage.base import Selection
         from .common import check_filters
 
         statuses = parse_statuses(status)
@@ -292,14 +295,11 @@ def register(app: typer.Typer) -> None:
         ledger = STATE.ledger(create=False)
         check_filters(ledger, provider, operation)
         limit = min(limit, 2**63 - 1)  # SQLite's largest integer; more rows cannot exist
-        filters: dict[str, Any] = {
-            "statuses": statuses,
-            "provider": provider,
-            "operation": operation,
-            "created_before": before,
-        }
-        rows = ledger.query(**filters, limit=limit)
-        total = ledger.count(**filters) if len(rows) >= limit else len(rows)
+        sel = Selection(
+            statuses=statuses, provider=provider, operation=operation, created_before=before
+        )
+        rows = ledger.records(replace(sel, limit=limit))
+        total = ledger.count(sel) if len(rows) >= limit else len(rows)
         title = f"queue: {', '.join(statuses)} ({total})"
         if fmt == "json":
             emit_json([{**r.to_json(), "next": next_step(r)} for r in rows])

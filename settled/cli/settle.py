@@ -13,6 +13,7 @@ from .common import (
     STATE,
     default_actor,
     emit_json,
+    exit_for,
     finish,
     next_step,
     one_line,
@@ -88,7 +89,7 @@ def render_summary(report: Any) -> None:
             console().print(text(f"{ch.action_id}  {ch.from_status}  ({ch.kind})"))
             console().print(text("  why:  ", one_line(ch.reason)))
     counts = ", ".join(f"{n} {s}" for s, n in sorted(report.counts().items())) or "no status change"
-    waiting = sum(1 for ch in report.skipped if ch.kind == "waiting")
+    waiting = len(report.waiting)
     tail = f"; {waiting} still waiting" if waiting else ""
     stopped = " (stopped early; the rest was handed back)" if report.stopped else ""
     console(stderr=True).print(text(f"examined {report.examined}: {counts}{tail}{stopped}"))
@@ -442,10 +443,10 @@ def register(app: typer.Typer) -> None:
                         object_id=object_id,
                     )
                 except NotFound as exc:
-                    code = max(code, exc.exit_code)
+                    code = max(code, exit_for(exc))
                     done.append((a, None, str(exc)))
                 except SettledError as exc:  # changed meanwhile: reported with its line
-                    code = max(code, exc.exit_code)
+                    code = max(code, exit_for(exc))
                     done.append((a, _rec, str(exc)))
                 else:
                     done.append((a, moved, ""))

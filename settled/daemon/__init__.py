@@ -28,7 +28,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..clock import Clock, to_text
+from ..clock import Clock, steady, to_text
+from ..crashpoints import Probe, no_probe
 from ..errors import SettledError
 from ..ledger import Ledger
 from ..reconcile import DEFAULT_BATCH, DEFAULT_LEASE, Change, Reconciler
@@ -62,7 +63,8 @@ class Sweeper:
     interval: float = 5.0
     batch: int = DEFAULT_BATCH
     lease: float = DEFAULT_LEASE
-    clock: Clock = field(default_factory=Clock)
+    clock: Clock | None = None  # default: the ledger's
+    probe: Probe = no_probe
     log: Log = field(default_factory=json_lines)
     name: str = field(default_factory=lambda: f"daemon:{os.getpid()}")
     heartbeat: float = DEFAULT_HEARTBEAT
@@ -79,8 +81,17 @@ class Sweeper:
     _overrun_logged: bool = False
     _depth: dict[str, int] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if self.clock is None:
+            self.clock = self.ledger.clock()
+
+    @property
+    def now_text(self) -> str:
+        assert self.clock is not None
+        return to_text(self.clock.now())
+
     def emit(self, event: str, **fields: Any) -> None:
-        self.log({"time": to_text(self.clock.now()), "event": event, "daemon": self.name, **fields})
+        self.log({"time": self.now_text, "event": event, "daemon": self.name, **fields})
 
     def request_stop(self, why: str = "stop requested") -> None:
         if not self._stop.is_set():
@@ -96,7 +107,7 @@ class Sweeper:
     def _transition(self, ch: Change) -> None:
         self._progress_at = time.monotonic()
         if ch.at is None:
-            ch.at = to_text(self.clock.now())
+            ch.at = self.now_text
         self.log(transition(ch, self.name))
         if self.metrics is not None:
             self.metrics.transition(ch)
@@ -137,10 +148,11 @@ class Sweeper:
             on_change=self._transition,
             on_check=self._checked,
             stop_requested=self._stop.is_set,
+            probe=self.probe,
         )
         try:
             report = rec.run_due()
-            tally = self.ledger.tally()
+            depth = self.ledger.status_counts()
         except SettledError as exc:
             self._pass_failed(exc, started)
             return
@@ -152,19 +164,19 @@ class Sweeper:
         finally:
             self._in_pass = False
             self._overrun_logged = False
-        self.last_pass_ok, self.last_pass_at = True, to_text(self.clock.now())
+        self.last_pass_ok, self.last_pass_at = True, self.now_text
         self._depth = {}
-        for status, _p, _o, n in tally:
+        for (status, _provider), n in depth.items():
             self._depth[status] = self._depth.get(status, 0) + n
         if self.metrics is not None:
-            self.metrics.queue(tally)
+            self.metrics.queue(depth)
             self.metrics.pass_ended(True, time.monotonic() - started, time.time())
         if report.examined or report.stopped:
             self.log(pass_line(report, self.name))
 
     def _pass_failed(self, exc: BaseException, started: float) -> None:
         self.failed_passes += 1
-        self.last_pass_ok, self.last_pass_at = False, to_text(self.clock.now())
+        self.last_pass_ok, self.last_pass_at = False, self.now_text
         message = one_line(str(exc))
         self.emit("pass_failed", level="error", error=type(exc).__name__, message=message)
         if self.metrics is not None:
@@ -200,7 +212,7 @@ class Sweeper:
             interval=self.interval,
             batch=self.batch,
             once=once,
-            ledger=self.ledger.path,
+            ledger=self.ledger.location,
             heartbeat=self.heartbeat,
             watchdog=self.notifier.watchdog,
             notify=self.notifier.enabled,
@@ -210,7 +222,7 @@ class Sweeper:
             self.run_pass()
             self.emit("stopped", passes=self.passes)
             return 0
-        from datetime import UTC
+        from datetime import UTC, datetime
 
         from apscheduler.executors.pool import ThreadPoolExecutor
         from apscheduler.schedulers.background import BackgroundScheduler
@@ -229,17 +241,31 @@ class Sweeper:
             "interval",
             seconds=self.interval,
             id="reconcile-due",
-            next_run_time=self.clock.now(),
+            next_run_time=datetime.now(UTC),
         )
         scheduler.start()
         self.notifier.ready(f"reconciling every {self.interval:g} s")
         now = time.monotonic()
         next_beat = now + self.heartbeat
         next_ping = now
+        watch = _StepWatch()
         try:
             while not self._stop.wait(
                 0.2 if self.notifier.watchdog is None else min(0.2, self.notifier.watchdog / 2)
             ):
+                jump = watch.jumped()
+                if jump:
+                    # APScheduler 3 schedules by the wall clock: after a step back it
+                    # would sleep until the old next run; after a step forward it would
+                    # run late jobs at once. Re-anchor the job now; every decision
+                    # about records uses the ledger's steady clock anyway.
+                    self.emit(
+                        "clock_step",
+                        level="warning",
+                        seconds=round(jump, 3),
+                        message="the system clock was stepped; the schedule was reset",
+                    )
+                    scheduler.modify_job("reconcile-due", next_run_time=datetime.now(UTC))
                 now = time.monotonic()
                 if now >= next_beat:
                     self.beat()
@@ -253,6 +279,22 @@ class Sweeper:
             aps_log.removeHandler(handler)
         self.emit("stopped", passes=self.passes)
         return 0
+
+
+class _StepWatch:
+    """Notices a step of the wall clock: wall time that moved by more (or less) than
+    the steady clock did since the last look."""
+
+    TOLERANCE = 1.0  # s: more than any scheduling jitter, less than any real step
+
+    def __init__(self) -> None:
+        self.wall, self.steady = time.time(), steady()
+
+    def jumped(self) -> float:
+        wall, now = time.time(), steady()
+        jump = (wall - self.wall) - (now - self.steady)
+        self.wall, self.steady = wall, now
+        return jump if abs(jump) > self.TOLERANCE else 0.0
 
 
 __all__ = ["Sweeper", "json_lines"]

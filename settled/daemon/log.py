@@ -90,7 +90,7 @@ def check_failed(ch: Any, who: str) -> dict[str, Any]:
 def pass_line(report: Any, who: str, **extra: Any) -> dict[str, Any]:
     from ..clock import to_text, utcnow
 
-    waiting = sum(1 for ch in report.skipped if ch.kind == "waiting")
+    waiting = len(report.waiting)
     return {
         "time": to_text(utcnow()),
         "event": "pass",
@@ -98,7 +98,7 @@ def pass_line(report: Any, who: str, **extra: Any) -> dict[str, Any]:
         "examined": report.examined,
         "counts": report.counts(),
         "waiting": waiting,
-        "failed_checks": sum(1 for ch in report.skipped if failed(ch)),
+        "failed_checks": sum(1 for ch in report.waiting if failed(ch)),
         "stopped": report.stopped,
         **extra,
     }

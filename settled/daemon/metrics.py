@@ -106,11 +106,9 @@ class Metrics:
             self.last_success.set(ended_at)
         self._ok, self._why = ok, why
 
-    def queue(self, tally: list[tuple[str, str, str, int]]) -> None:
-        depth: dict[tuple[str, str], int] = {}
-        for status, provider, _op, n in tally:
-            if status in OPEN:
-                depth[(status, provider)] = depth.get((status, provider), 0) + n
+    def queue(self, counts: dict[tuple[str, str], int]) -> None:
+        """Records by (status, provider), as the ledger counted them after a pass."""
+        depth = {k: n for k, n in counts.items() if k[0] in OPEN}
         self._queue = depth  # replaced whole: a scrape sees one pass's figures
 
     def health(self) -> tuple[int, str]:

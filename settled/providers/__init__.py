@@ -168,6 +168,13 @@ class Registry:
             )
         return spec
 
+    def check_params(self, provider: str, operation: str, params: Any) -> None:
+        """Refuse, before anything is recorded, params this operation could never
+        send (``InvalidInput``); providers that check nothing accept everything."""
+        check = getattr(self.provider(provider), "check_params", None)
+        if check is not None:
+            check(operation, params)
+
     def load_all(self) -> None:
         """Build every configured provider now, so config mistakes surface at once."""
         for name in self.names():

@@ -37,6 +37,7 @@ class OperationSpec:
     verifies: str = ""  # what observes the effect, in words (for `settled providers`)
     proof: str = ""  # full tier: what in the reply proves the effect, in words
     query_by_object_id: bool = False  # the query needs the id from the reply (lost with it)
+    backoff: float | None = None  # s before the first repeat (doubles); None: the dispatcher's
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -64,7 +65,8 @@ class Request:
     idempotency_key: str
     reconciliation_key: str | None
     attempt: int
-    timeout: float
+    timeout: float  # the whole try: connect, write and read together
+    send_by: float | None = None  # ``clock.steady()`` instant: never start writing after it
 
 
 class Wire(StrEnum):
@@ -85,6 +87,9 @@ class WireResult:
     object_id: str | None = None
     applied: bool | None = None
     detail: str = ""
+    conflict: bool = False  # a conditional-write conflict: maybe applied by an earlier try
+    written_at: float | None = None  # ``clock.steady()`` when the request began to be written
+    retry_after: float | None = None  # s, from a Retry-After header on 429/503
 
 
 class Seen(StrEnum):
@@ -112,6 +117,7 @@ class Observation:
     object_id: str | None = None
     detail: str = ""
     evidence: Mapping[str, Any] = field(default_factory=dict)
+    by_absence: bool = False  # NOT_APPLIED concluded from absence (404, no match), not a status
 
 
 @runtime_checkable
@@ -127,6 +133,16 @@ class Provider(Protocol):
     def snapshot(self, operation: str, params: Any) -> Any: ...
 
     def close(self) -> None: ...
+
+
+class Providers(Protocol):
+    """What the core asks of a registry of providers (``settled.providers.Registry``)."""
+
+    def operation(self, provider: str, operation: str) -> OperationSpec: ...
+
+    def provider(self, name: str) -> Provider: ...
+
+    def check_params(self, provider: str, operation: str, params: Any) -> None: ...
 
 
 class BaseProvider(ABC):

@@ -617,6 +617,7 @@ class HttpProvider(BaseProvider):
                     Seen.NOT_APPLIED,
                     detail="404: absent (not_found = not_applied)",
                     evidence=evidence,
+                    by_absence=True,
                 )
             return Observation(Seen.NOT_YET, detail="404: not visible yet", evidence=evidence)
         if not ex.ok:

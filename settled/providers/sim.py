@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import httpx
 
-from .. import faults
+from .. import crashpoints
 from ..errors import ConfigError, UnknownProvider
 from ..model import Tier
 from ._wire import MAX_BODY, NOT_SENT, describe, excerpt, parse_json, read_capped  # noqa: F401
@@ -130,7 +130,7 @@ class SimProvider(BaseProvider):
                 json=body,
                 headers=headers,
                 timeout=request.timeout,
-                extensions=_AFTER_SEND,
+                extensions=_AFTER_SEND if crashpoints.armed() else {},
             ) as resp:
                 raw, problem = read_capped(resp)
         except NOT_SENT as exc:
@@ -229,12 +229,12 @@ class SimProvider(BaseProvider):
 
 def _after_send_trace(event: str, info: Mapping[str, Any]) -> None:
     if event == "http11.send_request_body.complete":
-        faults.point("after_send")  # request written, reply not read
+        crashpoints.hit("after_send")  # request written, reply not read
 
 
-# The ``after_send`` crash point (settled.faults) sits inside httpcore, via its trace
-# hook; unarmed, no hook is installed at all.
-_AFTER_SEND: dict[str, Any] = {"trace": _after_send_trace} if faults.ARMED == "after_send" else {}
+# The ``after_send`` crash point (settled.crashpoints) sits inside httpcore, via its
+# trace hook; with no probe armed, no hook is installed at all.
+_AFTER_SEND: dict[str, Any] = {"trace": _after_send_trace}
 
 
 def _answered(op: str, resp: httpx.Response, raw: bytes | None, problem: str) -> WireResult:

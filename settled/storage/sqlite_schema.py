@@ -1,4 +1,4 @@
-"""Schema migrations: named steps, applied once each, in order, each in its own
+"""The SQLite ledger's schema migrations: named steps, applied once each, in order, each in its own
 transaction. Never edit a step that has shipped; add a new one.
 
 ``PRAGMA user_version`` holds the number of steps applied, so an up-to-date ledger is
@@ -125,10 +125,30 @@ def _m003_rivals_index(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX actions_same_change ON actions(provider, operation, params_hash)")
 
 
+def _m004_edges(db: sqlite_utils.Database) -> None:
+    # What the rules learned in the field need stored with each action:
+    # - lands_by: the last moment the attempt's request could reach the provider; an
+    #   absence observed before it proves nothing (a paused or slow dispatcher);
+    # - contradiction: why a late reply disagrees with a terminal status (blocks retry);
+    # - declared: the operation's declarations when the action was recorded, which
+    #   govern it for life (a config change affects new actions only).
+    for column in ("lands_by", "contradiction", "declared"):
+        db.execute(f"ALTER TABLE actions ADD COLUMN {column} TEXT")
+    # One anchor per boot of the host: the ledger clock is the wall time when the
+    # anchor was taken plus the time elapsed on a clock no wall-clock step moves, so a
+    # step of the system clock neither proves absence nor spends a budget nor stalls
+    # the daemon, and every process on the host reads the same time.
+    db.execute(
+        "CREATE TABLE clock_anchors (boot_id TEXT PRIMARY KEY, wall TEXT NOT NULL,"
+        " steady REAL NOT NULL)"
+    )
+
+
 MIGRATIONS: list[tuple[str, Step]] = [
     ("001_initial", _m001_initial),
     ("002_no_replace", _m002_no_replace),
     ("003_rivals_index", _m003_rivals_index),
+    ("004_edges", _m004_edges),
 ]
 
 LATEST = len(MIGRATIONS)

@@ -1,0 +1,700 @@
+"""What a reply or an observation means, and where the record goes next.
+
+Pure functions: each takes the record, its declarations, what was seen and ``now``,
+and returns a ``Move`` (or a value the orchestrators need). Nothing here reads the
+ledger, the network or a clock; ``dispatch`` and ``reconcile`` fetch, call and write,
+and ask this module what every answer means. The rules in force:
+
+- Classify, never guess (DESIGN rule 3): a validation rejection fails; nothing sent
+  may be repeated; an ambiguous send is repeated only when the provider deduplicates
+  the key; a conditional-write conflict is never proof.
+- Accepted is not success (rule 4): only an observation confirms; a spent budget
+  leaves the record unresolved, never confirmed. The budget starts at the later of
+  ``eligible_at`` and the moment the outcome was recorded (or the lease lapsed).
+- Absence proves nothing while the request may still land (rule 9): an absence counts
+  only after ``lands_by`` (claim + whole request budget + grace) plus the window.
+- The stored strategy governs (rule 11): decisions use the declarations stored with
+  the action (``ActionRecord.declared``), not today's config.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from .clock import from_text, plus, to_text
+from .model import (
+    Acceptance,
+    ActionRecord,
+    Declared,
+    Delivery,
+    EventKind,
+    Status,
+    Tier,
+    build_strategy,
+    idempotency_key,
+    params_hash,
+)
+from .providers.base import Observation, QueryTarget, Request, Seen, Wire, WireResult
+from .storage.base import Move
+
+MAX_BACKOFF = 2.0  # s: the longest pause between two tries of one attempt
+DETAIL = 200  # characters of a provider's detail kept in a reason
+
+
+class Verdict(StrEnum):
+    """What one reply to a send proves."""
+
+    PROVEN = "proven"  # the reply proves the effect
+    ACCEPTED = "accepted"  # the provider took it; the effect is not yet observed
+    REJECTED = "rejected"  # provably not applied
+    NEVER_SENT = "never_sent"  # nothing left this machine
+    AMBIGUOUS = "ambiguous"  # it may or may not have applied
+    CONFLICT = "conflict"  # a conditional write refused: an earlier try may have applied it
+
+    @property
+    def maybe_applied(self) -> bool:
+        return self in (Verdict.AMBIGUOUS, Verdict.CONFLICT)
+
+
+def classify(declared: Declared, wire: WireResult) -> Verdict:
+    """DESIGN.md rule 3, in one place."""
+    if wire.wire is Wire.NOT_CONNECTED:
+        # A provider that wrote bytes and then reports "not connected" cannot know
+        # that nothing arrived: only a request never written is never sent.
+        return Verdict.NEVER_SENT if wire.written_at is None else Verdict.AMBIGUOUS
+    if wire.wire is Wire.NO_ANSWER:
+        return Verdict.AMBIGUOUS
+    code = wire.status_code or 0
+    if wire.conflict:
+        return Verdict.CONFLICT
+    if wire.applied is True:
+        return Verdict.PROVEN if declared.tier is Tier.FULL else Verdict.ACCEPTED
+    if 200 <= code <= 299:
+        return Verdict.REJECTED if wire.applied is False else Verdict.ACCEPTED
+    if code in (408, 429) or 500 <= code <= 599:
+        return Verdict.AMBIGUOUS
+    if 400 <= code <= 499:
+        return Verdict.REJECTED
+    return Verdict.AMBIGUOUS  # 1xx, 3xx and codes outside RFC ranges prove nothing
+
+
+def repeats(declared: Declared, verdict: Verdict) -> bool:
+    """May the dispatcher try again within the same attempt (same idempotency key)?"""
+    return verdict is Verdict.NEVER_SENT or (verdict.maybe_applied and declared.dedupes_keys)
+
+
+def backoff(declared: Declared, default: float, n: int) -> float:
+    """The pause before repeat ``n`` (1-based): doubling from the operation's backoff
+    (or the dispatcher's default), capped at ``MAX_BACKOFF``."""
+    first = declared.backoff if declared.backoff is not None else default
+    return float(min(first * 2 ** (n - 1), MAX_BACKOFF))
+
+
+def request_budget(declared: Declared, default_backoff: float) -> float:
+    """The longest one attempt may take on the wire: every try's whole deadline and
+    every pause between them."""
+    tries = max(1, declared.attempts)
+    pauses = sum(backoff(declared, default_backoff, n) for n in range(1, tries))
+    return declared.timeout * tries + pauses
+
+
+# -- recording and claiming ------------------------------------------------------------------
+
+
+def new_record(
+    *,
+    action_id: str | None,
+    provider: str,
+    operation: str,
+    params: Any,
+    declared: Declared,
+    now: datetime,
+) -> ActionRecord:
+    """A new PENDING action with its strategy fixed before anything leaves."""
+    at = to_text(now)
+    strategy = build_strategy(
+        declared.tier, now, declared.consistency_window, carries_key=declared.carries_key
+    )
+    aid = action_id or "act-" + uuid.uuid4().hex[:20]
+    return ActionRecord(
+        action_id=aid,
+        provider=provider,
+        operation=operation,
+        params=params,
+        params_hash=params_hash(params),
+        tier=declared.tier,
+        reconciliation_key=strategy.reconciliation_key,
+        eligible_at=to_text(strategy.eligible_at),
+        requires_manual_verification=strategy.requires_manual_verification,
+        attempt=1,
+        idempotency_key=idempotency_key(aid, 1),
+        dispatch_id=None,
+        provider_object_id=None,
+        status=Status.PENDING,
+        delivery=Delivery.PENDING,
+        acceptance=Acceptance.UNKNOWN,
+        dispatched_at=None,
+        confirmed_at=None,
+        confirmed_by=None,
+        created_at=at,
+        updated_at=at,
+        declared=declared,
+    )
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The claim of one attempt: its lease, and the move that takes it."""
+
+    owner: str
+    lease_until: datetime
+    move: Move
+
+
+def claim(
+    rec: ActionRecord,
+    declared: Declared,
+    now: datetime,
+    *,
+    actor: str,
+    grace: float,
+    default_backoff: float,
+    snapshot: Any = None,
+) -> Claim:
+    """``PENDING → IN_FLIGHT`` with a lease for the whole request budget plus grace.
+    The dispatcher never starts a request after the lease lapses, so the lease's end
+    is also the last moment the request can land (``lands_by``)."""
+    at = to_text(now)
+    lease_until = plus(now, request_budget(declared, default_backoff) + grace)
+    until = to_text(lease_until)
+    owner = "d-" + uuid.uuid4().hex
+    eligible = None
+    if rec.eligible_at is not None:  # the window runs from the real dispatch time
+        window = declared.consistency_window if declared.tier is not Tier.FULL else 0.0
+        eligible = to_text(plus(now, window))
+    move = Move(
+        rec.action_id,
+        Status.PENDING,
+        Status.IN_FLIGHT,
+        at,
+        actor,
+        EventKind.CLAIMED,
+        values={
+            "delivery": str(Delivery.IN_FLIGHT),
+            "dispatch_id": owner,
+            "lease_owner": owner,
+            "lease_expires_at": until,
+            "next_check_at": until,  # a lost dispatcher is found by the due scan
+            "dispatched_at": at,
+            "eligible_at": eligible,
+            "lands_by": until,
+            "snapshot": _json(snapshot),
+        },
+        detail={"lease_expires_at": until, "idempotency_key": rec.idempotency_key},
+    )
+    return Claim(owner, lease_until, move)
+
+
+def request_for(rec: ActionRecord, declared: Declared, send_by: float | None) -> Request:
+    return Request(
+        action_id=rec.action_id,
+        operation=rec.operation,
+        params=rec.params,
+        idempotency_key=rec.idempotency_key,
+        reconciliation_key=rec.reconciliation_key,
+        attempt=rec.attempt,
+        timeout=declared.timeout,
+        send_by=send_by,
+    )
+
+
+def target_for(rec: ActionRecord) -> QueryTarget:
+    return QueryTarget(
+        action_id=rec.action_id,
+        operation=rec.operation,
+        params=rec.params,
+        reconciliation_key=rec.reconciliation_key,
+        provider_object_id=rec.provider_object_id,
+        snapshot=rec.snapshot,
+        attempt=rec.attempt,
+    )
+
+
+# -- the dispatcher's outcome ----------------------------------------------------------------
+
+
+def verification(declared: Declared, start: datetime) -> dict[str, Any]:
+    """The verification budget (rule 4), in one place: it starts at ``start`` and
+    lasts ``verify_deadline``; the first check is due at ``start``."""
+    return {
+        "verify_started_at": to_text(start),
+        "verify_deadline_at": to_text(plus(start, declared.verify_deadline)),
+        "next_check_at": to_text(start),
+    }
+
+
+def settle_verdict(tries: list[Verdict]) -> Verdict:
+    """The attempt's verdict from its tries' verdicts: an earlier try that may have
+    applied means a later "never sent" or rejection cannot prove the effect absent."""
+    last = tries[-1] if tries else Verdict.NEVER_SENT
+    if last in (Verdict.NEVER_SENT, Verdict.REJECTED) and any(v.maybe_applied for v in tries):
+        return Verdict.AMBIGUOUS
+    return last
+
+
+def outcome(
+    rec: ActionRecord,
+    declared: Declared,
+    verdict: Verdict,
+    wire: WireResult | None,
+    now: datetime,
+    *,
+    owner: str,
+    actor: str,
+    tries: list[dict[str, Any]],
+    late_send: bool = False,
+) -> Move:
+    """``IN_FLIGHT →`` the status the attempt's verdict proves, under the claim's lease."""
+    to, values, reason = _outcome(rec, declared, verdict, wire, now)
+    values.update(lease_owner=None, lease_expires_at=None)
+    detail: dict[str, Any] = {"verdict": str(verdict), "tries": tries, "reason": reason}
+    if late_send:
+        detail["late_send"] = True
+    return Move(rec.action_id, Status.IN_FLIGHT, to, to_text(now), actor, EventKind.OUTCOME,
+                values=values, detail=detail, owner=owner)  # fmt: skip
+
+
+def _outcome(
+    rec: ActionRecord, declared: Declared, verdict: Verdict, wire: WireResult | None,
+    now: datetime,
+) -> tuple[Status, dict[str, Any], str]:  # fmt: skip
+    at = to_text(now)
+    values: dict[str, Any] = {}
+    code = ""
+    detail = ""
+    if wire is not None:
+        if wire.object_id:
+            values["provider_object_id"] = wire.object_id
+        code = f" (HTTP {wire.status_code})" if wire.status_code is not None else ""
+        detail = one_line(wire.detail)[:DETAIL]
+
+    if verdict is Verdict.PROVEN:
+        values.update(
+            delivery=str(Delivery.DELIVERED),
+            acceptance=str(Acceptance.APPLIED),
+            confirmed_at=at,
+            confirmed_by="provider",
+            next_check_at=None,
+            reason=None,
+        )
+        return Status.CONFIRMED, values, f"the provider's reply proves the effect{code}"
+    if verdict is Verdict.REJECTED:
+        reason = f"rejected by the provider: {detail}" if detail else f"rejected by the provider{code}"
+        values.update(delivery=str(Delivery.DELIVERED), acceptance=str(Acceptance.NOT_APPLIED),
+                      next_check_at=None, reason=reason)  # fmt: skip
+        return Status.FAILED, values, reason
+    if verdict is Verdict.NEVER_SENT:
+        reason = f"never reached the provider: {detail}" if detail else "never reached the provider"
+        values.update(delivery=str(Delivery.FAILED), acceptance=str(Acceptance.NOT_APPLIED),
+                      next_check_at=None, reason=reason)  # fmt: skip
+        return Status.FAILED, values, reason
+    if verdict is Verdict.ACCEPTED:
+        values.update(delivery=str(Delivery.DELIVERED), acceptance=str(Acceptance.UNKNOWN))
+        if declared.tier is Tier.BLIND:
+            reason = "blind operation: nothing can observe the effect; a person must verify it"
+            values.update(next_check_at=None, reason=reason)
+            return Status.DENIED_UNRESOLVED, values, reason
+        if declared.tier is Tier.PARTIAL:
+            reason = "delivered; only a person can verify acceptance (partial tier)"
+            values.update(next_check_at=rec.eligible_at, reason=reason)
+            return Status.AWAITING_VERIFICATION, values, reason
+        if declared.queryable:
+            values.update(verification(declared, max(now, from_text(rec.eligible_at) or now)))
+            reason = f"accepted{code}, not yet observed; verification at {values['next_check_at']}"
+            values["reason"] = reason
+            return Status.AWAITING_VERIFICATION, values, reason
+        reason = f"accepted{code} but the reply proves nothing and there is no query"
+        values.update(next_check_at=None, reason=reason)
+        return Status.DENIED_UNRESOLVED, values, reason
+    if verdict is Verdict.CONFLICT:
+        # Refused as a conflict: an earlier try of this attempt may have made it, or
+        # something else did. Only reading the resource can tell (rule 10).
+        values.update(delivery=str(Delivery.DELIVERED), acceptance=str(Acceptance.UNKNOWN))
+        why = f"conflict{code}: {detail}".rstrip(": ")
+        if declared.queryable and declared.tier is not Tier.PARTIAL:
+            values.update(verification(declared, now))
+            reason = why + "; an earlier try may have applied it: verifying by query"
+            values["reason"] = reason
+            return Status.AWAITING_VERIFICATION, values, reason
+        reason = why + "; an earlier try may have applied it and no query can tell: needs a person"
+        values.update(next_check_at=None, reason=reason)
+        return Status.DENIED_UNRESOLVED, values, reason
+    # AMBIGUOUS
+    values.update(delivery=str(Delivery.UNKNOWN), acceptance=str(Acceptance.UNKNOWN))
+    why = f"outcome unknown{code}: {detail}".rstrip(": ")
+    if not declared.dedupes_keys:
+        why += "; not repeated because the provider does not deduplicate keys"
+    if declared.queryable and declared.tier is not Tier.PARTIAL:
+        values.update(verification(declared, max(now, from_text(rec.eligible_at) or now)))
+        values["reason"] = why + "; reconciliation will query the provider"
+    else:
+        values.update(next_check_at=None, reason=why + "; needs a person")
+    return Status.DENIED_UNRESOLVED, values, values["reason"]
+
+
+def late_outcome(
+    current: ActionRecord,
+    intended: Move,
+    verdict: Verdict,
+    now: datetime,
+    *,
+    attempt: int,
+    actor: str,
+    late_send: bool,
+) -> Move:
+    """Our lease lapsed and the record moved on before our outcome was written. The
+    reply is still evidence (rule 9): applied where the table allows, else appended
+    as a note; one that contradicts the record is flagged (it blocks retry)."""
+    at = to_text(now)
+    detail = {**intended.detail, "intended": str(intended.to), "attempt": attempt}
+    same = current.attempt == attempt
+    if same and current.status is Status.DENIED_UNRESOLVED and not late_send:
+        if intended.to in (Status.CONFIRMED, Status.FAILED):
+            moved = {k: v for k, v in intended.values.items()
+                     if k not in ("lease_owner", "lease_expires_at")}  # fmt: skip
+            moved["next_check_at"] = None
+            return Move(current.action_id, Status.DENIED_UNRESOLVED, intended.to, at, actor,
+                        EventKind.LATE_OUTCOME, values=moved, detail=detail)  # fmt: skip
+        return Move(current.action_id, Status.DENIED_UNRESOLVED, Status.DENIED_UNRESOLVED, at,
+                    actor, EventKind.LATE_OUTCOME, detail=detail)  # fmt: skip
+    if same:
+        conflict = contradiction(current, verdict, late_send)
+    elif verdict in (Verdict.PROVEN, Verdict.ACCEPTED) or verdict.maybe_applied or late_send:
+        conflict = (
+            f"a reply to attempt {attempt} ({verdict}) came after attempt {current.attempt} "
+            "was opened: both may have applied; resolve it before any retry"
+        )
+    else:
+        conflict = None
+    values: dict[str, Any] = {}
+    if late_send and same:  # it may land later than the claim allowed for: absence waits
+        values["lands_by"] = max(current.lands_by or at, at)
+    if conflict:
+        values["contradiction"] = conflict
+        detail["contradiction"] = conflict
+    return Move(current.action_id, current.status, current.status, at, actor, EventKind.NOTE,
+                values=values, detail=detail)  # fmt: skip
+
+
+def contradiction(current: ActionRecord, verdict: Verdict, late_send: bool) -> str | None:
+    """Why a late reply disagrees with the record's terminal status, or None."""
+    if current.status is Status.FAILED and (
+        verdict in (Verdict.PROVEN, Verdict.ACCEPTED) or verdict.maybe_applied or late_send
+    ):
+        what = "was written after its lease lapsed" if late_send else f"was answered: {verdict}"
+        return (
+            f"a request of attempt {current.attempt} {what}, after the record became FAILED; "
+            "the effect may exist: resolve it before any retry"
+        )
+    if current.status is Status.CONFIRMED and verdict in (Verdict.REJECTED, Verdict.NEVER_SENT):
+        return (
+            f"a late reply says {verdict} although the effect was observed; check what the "
+            "provider holds"
+        )
+    if current.status is Status.DENIED_UNRESOLVED and late_send:
+        return (
+            f"a request of attempt {current.attempt} was written after its lease lapsed; an "
+            "absence seen before then proves nothing"
+        )
+    return None
+
+
+# -- the reconciler's decisions --------------------------------------------------------------
+
+
+def absence_counts_from(rec: ActionRecord, declared: Declared) -> datetime | None:
+    """The first moment an absence proves anything (rule 9): after the last moment
+    the request could land, plus the consistency window; never before ``eligible_at``."""
+    eligible = from_text(rec.eligible_at)
+    lands = from_text(rec.lands_by)
+    if lands is None:
+        return eligible
+    after = plus(lands, declared.consistency_window)
+    return max(after, eligible) if eligible is not None else after
+
+
+def expire(
+    rec: ActionRecord,
+    declared: Declared | None,
+    now: datetime,
+    *,
+    actor: str,
+    problem: str,
+    recheck: float,
+) -> Move:
+    """A dispatcher that held the claim is gone: its request may or may not have
+    left. Never re-send; the record becomes unresolved and, when the operation can be
+    queried, reconciliation starts now (rule 4: the budget starts here, and the first
+    check is due at once, or at ``eligible_at`` when that is later). ``problem`` says
+    why the query cannot run here (provider not configured): then whoever has it
+    checks the record, and its budget starts at that first check."""
+    reason = (
+        f"dispatcher lost: its lease expired at {rec.lease_expires_at} before an outcome "
+        "was recorded; the request may have been sent"
+    )
+    values: dict[str, Any] = {
+        "delivery": str(Delivery.UNKNOWN),
+        "lease_owner": None,
+        "lease_expires_at": None,
+        "next_check_at": None,
+    }
+    if problem:
+        declared = None  # the query is not available here: whoever has it starts the budget
+    if declared is not None and declared.queryable and not rec.requires_manual_verification:
+        eligible = from_text(rec.eligible_at) or now
+        values.update(verification(declared, max(now, eligible)))
+        expired = from_text(rec.lease_expires_at) or now
+        values["next_check_at"] = to_text(eligible if eligible > now else max(expired, eligible))
+        reason += "; reconciliation will query the provider"
+    elif declared is None and not rec.requires_manual_verification:
+        # Whether it can be queried is for a reconciler that has the provider to say;
+        # its budget starts at its first check.
+        values["next_check_at"] = to_text(plus(now, recheck))
+        reason += f"; {problem}: a reconciler that has it will check it"
+    else:
+        reason += "; needs a person"
+    values["reason"] = reason
+    return Move(
+        rec.action_id, Status.IN_FLIGHT, Status.DENIED_UNRESOLVED, to_text(now), actor,
+        EventKind.LEASE_EXPIRED, values=values,
+        detail={"lease_owner": rec.lease_owner, "lease_expires_at": rec.lease_expires_at,
+                "reason": reason},
+        owner=rec.lease_owner,
+    )  # fmt: skip
+
+
+def needs_person(rec: ActionRecord, now: datetime, *, owner: str, actor: str) -> Move:
+    """A record only a person can verify, due for their queue."""
+    why = (
+        "past its consistency window; only a person can verify acceptance (partial tier)"
+        if rec.tier is Tier.PARTIAL
+        else "no query can observe this effect; needs a person"
+    )
+    return unresolved(rec, now, why, {}, owner=owner, actor=actor)
+
+
+def unresolved(
+    rec: ActionRecord, now: datetime, why: str, evidence: dict[str, Any], *, owner: str,
+    actor: str,
+) -> Move:  # fmt: skip
+    return Move(
+        rec.action_id, rec.status, Status.DENIED_UNRESOLVED, to_text(now), actor,
+        EventKind.UNRESOLVED, values={"lease_owner": None, "next_check_at": None, "reason": why,
+                                      "checks": rec.checks + (1 if evidence else 0)},
+        detail={**evidence, "reason": why}, owner=owner,
+    )  # fmt: skip
+
+
+def wait_again(
+    rec: ActionRecord, now: datetime, until: datetime, reason: str, *, owner: str,
+    extra: dict[str, Any] | None = None, counted: bool = True,
+) -> Move:  # fmt: skip
+    """Release the record with its next check at ``until``; no status change, no
+    event (a check that found nothing new, or one that could not run)."""
+    values: dict[str, Any] = {"lease_owner": None, "reason": reason,
+                              "next_check_at": to_text(until), **(extra or {})}  # fmt: skip
+    if counted:
+        values["checks"] = rec.checks + 1
+    return Move(rec.action_id, rec.status, rec.status, to_text(now), "", None, values=values,
+                owner=owner)  # fmt: skip
+
+
+def weigh(rec: ActionRecord, declared: Declared, obs: Observation, now: datetime,
+          rivals: list[str]) -> Observation:  # fmt: skip
+    """What an observation proves about this record, now: absences before the request
+    could land prove nothing; an observed change that another action also asked for
+    cannot be attributed by a snapshot diff."""
+    if obs.seen is Seen.NOT_APPLIED:
+        eligible = from_text(rec.eligible_at)
+        if eligible is not None and now < eligible:
+            # Inside the consistency window an absence proves nothing: the effect may
+            # not be visible yet. Only a check at or after eligible_at may fail it.
+            return Observation(
+                Seen.NOT_YET, obs.object_id,
+                f"{obs.detail or 'not applied'} — before the consistency window ends "
+                f"({rec.eligible_at}); not taken as proof", obs.evidence,
+            )  # fmt: skip
+        counts = absence_counts_from(rec, declared)
+        if obs.by_absence and counts is not None and now < counts:
+            return Observation(
+                Seen.NOT_YET, obs.object_id,
+                f"{obs.detail or 'absent'} — but the request could still land until "
+                f"{to_text(counts)}; not taken as proof", obs.evidence,
+            )  # fmt: skip
+    if obs.seen is Seen.APPLIED and rivals:
+        return Observation(
+            Seen.AMBIGUOUS, obs.object_id,
+            f"the change is there, but {', '.join(rivals)} asked for the same change; "
+            "a snapshot diff cannot tell which action made it", obs.evidence,
+        )  # fmt: skip
+    return obs
+
+
+def judge(
+    rec: ActionRecord, declared: Declared, obs: Observation, now: datetime, *, owner: str,
+    actor: str, interval: float | None = None,
+) -> Move:  # fmt: skip
+    """Where a checked record goes: applied → CONFIRMED; provably absent → FAILED;
+    anything else → checked again within the verification budget, after which it is
+    unresolved with the evidence gathered. Never CONFIRMED on a budget."""
+    at = to_text(now)
+    shown = f" ({one_line(obs.detail)[:DETAIL]})" if obs.detail else ""
+    evidence = {"seen": str(obs.seen), "detail": one_line(obs.detail)[:300],
+                "check": rec.checks + 1, **dict(obs.evidence)}  # fmt: skip
+    if obs.seen in (Seen.APPLIED, Seen.NOT_APPLIED):
+        values: dict[str, Any] = {"lease_owner": None, "next_check_at": None,
+                                  "checks": rec.checks + 1}  # fmt: skip
+        if obs.object_id:
+            values["provider_object_id"] = obs.object_id
+        if obs.seen is Seen.APPLIED:
+            to = Status.CONFIRMED
+            reason = "effect observed by reconciliation" + (f": {shown[2:-1]}" if shown else "")
+            values.update(acceptance=str(Acceptance.APPLIED), delivery=str(Delivery.DELIVERED),
+                          confirmed_at=at, confirmed_by="reconciliation", reason=None)  # fmt: skip
+        else:
+            to = Status.FAILED
+            reason = "reconciliation proved the effect absent" + (f": {shown[2:-1]}" if shown else "")
+            values.update(acceptance=str(Acceptance.NOT_APPLIED), reason=reason)
+        return Move(rec.action_id, rec.status, to, at, actor, EventKind.RECONCILED, values=values,
+                    detail={**evidence, "reason": reason}, owner=owner)  # fmt: skip
+    deadline = from_text(rec.verify_deadline_at)
+    budget: dict[str, Any] = {}
+    if deadline is None and rec.checks == 0:  # expired where the provider was unknown
+        deadline = plus(now, declared.verify_deadline)
+        budget = {"verify_started_at": at, "verify_deadline_at": to_text(deadline)}
+    if deadline is None or now >= deadline:
+        why = f"verification budget spent after {rec.checks + 1} check(s); last: {obs.seen}{shown}"
+        return unresolved(rec, now, why, evidence, owner=owner, actor=actor)
+    nxt = min(plus(now, interval if interval is not None else declared.verify_interval), deadline)
+    eligible = from_text(rec.eligible_at)
+    if eligible is not None and nxt < eligible:
+        nxt = eligible  # an early (forced) check: the scheduled one still runs
+    return wait_again(rec, now, nxt, f"checked: {obs.seen}{shown}", owner=owner, extra=budget)
+
+
+# -- people ----------------------------------------------------------------------------------
+
+
+def reopen(rec: ActionRecord, declared: Declared, now: datetime, *, actor: str) -> Move:
+    """``FAILED → PENDING``: attempt N+1 with a new idempotency key, guarded on N."""
+    attempt = rec.attempt + 1
+    strategy = build_strategy(
+        declared.tier, now, declared.consistency_window, carries_key=declared.carries_key
+    )
+    values = {
+        "attempt": attempt,
+        "idempotency_key": idempotency_key(rec.action_id, attempt),
+        "reconciliation_key": strategy.reconciliation_key,
+        "eligible_at": to_text(strategy.eligible_at),
+        "delivery": str(Delivery.PENDING),
+        "acceptance": str(Acceptance.UNKNOWN),
+        "dispatch_id": None,
+        "provider_object_id": None,
+        "dispatched_at": None,
+        "confirmed_at": None,
+        "confirmed_by": None,
+        "next_check_at": None,
+        "verify_started_at": None,
+        "verify_deadline_at": None,
+        "lands_by": None,
+        "checks": 0,
+        "reason": None,
+        "snapshot": None,
+    }
+    return Move(rec.action_id, Status.FAILED, Status.PENDING, to_text(now), actor,
+                EventKind.RETRY, values=values,
+                detail={"attempt": attempt, "previous_idempotency_key": rec.idempotency_key},
+                attempt=rec.attempt)  # fmt: skip
+
+
+def resolution(
+    rec: ActionRecord, *, applied: bool, reason: str, by: str, now: datetime,
+    evidence: str | None = None, object_id: str | None = None,
+) -> Move | None:  # fmt: skip
+    """A person's attested verdict: from DENIED_UNRESOLVED; from AWAITING_VERIFICATION
+    when only a person can verify it; and on a terminal record that later evidence
+    contradicts (correcting its status, or clearing the flag). None: not allowed."""
+    actor = f"operator:{by}"
+    at = to_text(now)
+    to = Status.CONFIRMED if applied else Status.FAILED
+    detail = {"verdict": "applied" if applied else "not_applied", "reason": reason,
+              "evidence": evidence, "object_id": object_id, "by": by}  # fmt: skip
+    values: dict[str, Any] = {
+        "next_check_at": None,
+        "lease_owner": None,
+        "acceptance": str(Acceptance.APPLIED if applied else Acceptance.NOT_APPLIED),
+        "reason": f"resolved by {actor}: {reason}",
+        "contradiction": None,
+    }
+    if applied:
+        values.update(confirmed_at=at, confirmed_by=actor, delivery=str(Delivery.DELIVERED))
+    if object_id:
+        values["provider_object_id"] = object_id
+    if rec.terminal and rec.contradiction:
+        if rec.status is to:  # the status stands: the flag is cleared, with the evidence
+            return Move(rec.action_id, rec.status, rec.status, at, actor, EventKind.NOTE,
+                        values={"contradiction": None}, detail=detail)  # fmt: skip
+        return Move(rec.action_id, rec.status, to, at, actor, EventKind.RESOLVED, values=values,
+                    detail=detail, correction=True)  # fmt: skip
+    allowed = rec.status is Status.DENIED_UNRESOLVED or (
+        rec.status is Status.AWAITING_VERIFICATION and rec.requires_manual_verification
+    )
+    if not allowed:
+        return None
+    return Move(rec.action_id, rec.status, to, at, actor, EventKind.RESOLVED, values=values,
+                detail=detail)  # fmt: skip
+
+
+def one_line(text: str) -> str:
+    """Text as one line: a provider's body never carries its newlines into a reason."""
+    return " ".join(text.split())
+
+
+def _json(value: Any) -> str | None:
+    if value is None:
+        return None
+    import json
+
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+__all__ = [
+    "Claim",
+    "Verdict",
+    "absence_counts_from",
+    "backoff",
+    "claim",
+    "classify",
+    "contradiction",
+    "expire",
+    "judge",
+    "late_outcome",
+    "needs_person",
+    "new_record",
+    "outcome",
+    "reopen",
+    "repeats",
+    "request_budget",
+    "request_for",
+    "resolution",
+    "settle_verdict",
+    "target_for",
+    "unresolved",
+    "verification",
+    "wait_again",
+    "weigh",
+]

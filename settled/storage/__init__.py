@@ -1,0 +1,15 @@
+"""Storage: the ledger's interface (``base``) and its backends.
+
+- ``sqlite``: one file, WAL, ``synchronous=FULL`` — one host, the default.
+- ``postgres``: one database for many hosts and daemons (``postgresql://`` URLs).
+
+``Ledger.open(location)`` picks the backend from the location. All SQL lives in
+this package; code above it speaks in operations (``record``, ``move``,
+``lease_due``…), never in statements.
+"""
+
+from __future__ import annotations
+
+from .base import DUE_STATUSES, DueBatch, Figures, Ledger, Move, Selection
+
+__all__ = ["DUE_STATUSES", "DueBatch", "Figures", "Ledger", "Move", "Selection"]

@@ -1,0 +1,509 @@
+"""The ledger's interface: every operation the core needs from storage, and the
+values that cross it. Code above this line speaks in operations (record, claim,
+move, lease a due batch), never in statements; each backend owns its SQL and maps
+its driver's errors to ``settled.errors.LedgerError`` at this boundary.
+
+A ``Move`` is the one way a record changes: a guarded status change (checked against
+the transition table) plus the fields that go with it and the event that records
+it, applied only while the record is still where the mover last saw it.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ..clock import Clock
+from ..crashpoints import Probe, no_probe
+from ..errors import Conflict, NotFound
+from ..model import (
+    Acceptance,
+    ActionRecord,
+    Declared,
+    Delivery,
+    Event,
+    EventKind,
+    Status,
+    Tier,
+    check_transition,
+)
+
+# Columns a move may set. Names never come from user input, and this set keeps it so.
+WRITABLE = frozenset(
+    {
+        "status",
+        "delivery",
+        "acceptance",
+        "attempt",
+        "idempotency_key",
+        "reconciliation_key",
+        "eligible_at",
+        "dispatch_id",
+        "provider_object_id",
+        "dispatched_at",
+        "confirmed_at",
+        "confirmed_by",
+        "lease_owner",
+        "lease_expires_at",
+        "next_check_at",
+        "verify_started_at",
+        "verify_deadline_at",
+        "checks",
+        "reason",
+        "snapshot",
+        "lands_by",
+        "contradiction",
+    }
+)
+
+# Statuses a due scan may take: a lost dispatcher, or a record waiting for evidence.
+DUE_STATUSES = (Status.IN_FLIGHT, Status.AWAITING_VERIFICATION, Status.DENIED_UNRESOLVED)
+
+
+@dataclass(frozen=True)
+class Move:
+    """A guarded change to one record, and the event that records it.
+
+    It applies only while the record is in ``frm`` (and, when given, leased to
+    ``owner`` and at ``attempt``). ``kind`` None is a change of schedule only (``to``
+    must equal ``frm``): no event. A ``NOTE`` appends evidence without moving the
+    record. ``correction`` marks a person's verdict on a contradicted terminal
+    record (``model.CORRECTIONS``)."""
+
+    action_id: str
+    frm: Status
+    to: Status
+    at: str
+    actor: str
+    kind: EventKind | None
+    values: Mapping[str, Any] = field(default_factory=dict)
+    detail: Mapping[str, Any] = field(default_factory=dict)
+    owner: str | None = None
+    attempt: int | None = None
+    correction: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind is None or self.kind.changes_nothing:
+            if self.frm is not self.to:
+                raise ValueError(f"{self.kind or 'a schedule change'} cannot move {self.frm} → {self.to}")
+        else:
+            check_transition(self.frm, self.to, correction=self.correction)
+        bad = set(self.values) - WRITABLE
+        if bad:
+            raise ValueError(f"not writable: {sorted(bad)}")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which records a listing wants; every value is a bound parameter."""
+
+    statuses: Sequence[str] | None = None
+    provider: str | None = None
+    operation: str | None = None
+    created_before: str | None = None
+    ids: Sequence[str] | None = None
+    contradicted: bool = False  # only records whose terminal status later evidence contradicts
+    limit: int | None = None
+    newest_first: bool = False
+
+
+@dataclass
+class DueBatch:
+    """What ``lease_due`` did in its one transaction."""
+
+    selected: int = 0  # rows the due scan returned
+    leased: list[ActionRecord] = field(default_factory=list)  # next_check_at: the due time
+    expired: list[tuple[ActionRecord, Move]] = field(default_factory=list)  # lost dispatchers
+    committed: list[bool] = field(default_factory=list)  # the pending moves' guards
+
+
+@dataclass
+class Figures:
+    """Facts about one operation's records, for ``providers audit``."""
+
+    total: int = 0
+    confirmed: int = 0
+    failed: int = 0
+    unresolved: int = 0
+    pending: int = 0
+    confirmed_by_provider: int = 0
+    confirmed_by_reconciliation: int = 0
+    confirmed_by_person: int = 0
+    checked: int = 0  # records the query ran for at least once
+    reconciled_absent: int = 0  # reconciliation proved the effect absent
+    proven_replies: int = 0
+    unproven_replies: int = 0
+    ambiguous_sends: int = 0
+    accepted_then_absent: int = 0
+    budget_spent: int = 0
+    found_by_person: int = 0
+    contradictions: int = 0  # terminal records that later evidence contradicts
+    first_seen_n: int = 0
+    first_seen_p50: float | None = None
+    first_seen_p95: float | None = None
+    late: int = 0
+
+    @property
+    def unresolved_rate(self) -> float | None:
+        return self.unresolved / self.total if self.total else None
+
+    @property
+    def observed(self) -> int:
+        return self.confirmed_by_reconciliation + self.reconciled_absent
+
+    def to_json(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        out = asdict(self)
+        out["unresolved_rate"] = self.unresolved_rate
+        return out
+
+
+Expire = Callable[[ActionRecord], Move]
+
+
+class Ledger(ABC):
+    """The store behind everything. Usable without the CLI::
+
+        with Ledger.open("settled.db") as ledger:       # or "postgresql://..."
+            record = ledger.get("a-1")
+
+    Every method is one transaction; none returns while one is open. Errors of the
+    driver surface as ``settled.errors.LedgerError`` (or a subclass)."""
+
+    location: str  # where it is, fit to show (a URL's password is masked)
+    probe: Probe = no_probe  # crash points, armed by tests through the process entry
+
+    @staticmethod
+    def open(
+        location: str | Any,
+        *,
+        busy_timeout: float | None = None,
+        create: bool = True,
+        probe: Probe = no_probe,
+    ) -> Ledger:
+        """Open the ledger at ``location``: a file path (SQLite), or a
+        ``postgresql://`` URL. ``create=False`` refuses to create a missing one."""
+        import os
+
+        text = os.fspath(location)
+        if text.startswith(("postgresql://", "postgres://")):
+            from .postgres import PostgresLedger
+
+            pg: Ledger = PostgresLedger.connect(text, create=create, probe=probe)
+            return pg
+        from .sqlite import SqliteLedger
+
+        return SqliteLedger.open_file(text, busy_timeout=busy_timeout, create=create, probe=probe)
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    # -- reads ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def find(self, action_id: str) -> ActionRecord | None: ...
+
+    def get(self, action_id: str) -> ActionRecord:
+        rec = self.find(action_id)
+        if rec is None:
+            raise NotFound(f"no action {action_id!r} in {self.location}")
+        return rec
+
+    @abstractmethod
+    def events(self, action_id: str) -> list[Event]: ...
+
+    @abstractmethod
+    def records(self, selection: Selection | None = None) -> list[ActionRecord]:
+        """Records matching ``selection``, oldest first (newest first when asked)."""
+
+    @abstractmethod
+    def count(self, selection: Selection | None = None) -> int:
+        """How many records match ``selection`` (its limit ignored)."""
+
+    def query(
+        self,
+        *,
+        statuses: Sequence[str] | None = None,
+        provider: str | None = None,
+        operation: str | None = None,
+        created_before: str | None = None,
+        limit: int | None = None,
+    ) -> list[ActionRecord]:
+        """``records`` with keyword filters."""
+        return self.records(
+            Selection(
+                statuses=statuses,
+                provider=provider,
+                operation=operation,
+                created_before=created_before,
+                limit=limit,
+            )
+        )
+
+    def ids(self, prefix: str = "", limit: int = 200) -> list[str]:
+        """Action ids that start with ``prefix`` (case-sensitive), in id order: shell
+        completion. Backends answer it with a range on the key."""
+        found = sorted(r.action_id for r in self.records() if r.action_id.startswith(prefix))
+        return found[:limit]
+
+    @abstractmethod
+    def names(self) -> list[tuple[str, str]]:
+        """Every (provider, operation) the ledger holds records of."""
+
+    @abstractmethod
+    def status_counts(self) -> dict[tuple[str, str], int]:
+        """Records by (status, provider), for metrics."""
+
+    @abstractmethod
+    def rivals(self, rec: ActionRecord, limit: int = 5) -> list[str]:
+        """Other actions that asked for the same change (same provider, operation and
+        params) and may have made it after ``rec``'s snapshot: sent, not proven never
+        sent, and not already observed before ``rec`` was dispatched."""
+
+    @abstractmethod
+    def figures(self) -> dict[tuple[str, str], Figures]:
+        """Per (provider, operation): the facts ``providers audit`` judges by."""
+
+    @abstractmethod
+    def integrity_check(self) -> str: ...
+
+    @abstractmethod
+    def clock(self) -> Clock:
+        """The clock decisions about this ledger's records are made by."""
+
+    # -- writes --------------------------------------------------------------------------
+
+    @abstractmethod
+    def record(self, rec: ActionRecord, *, actor: str) -> tuple[ActionRecord, bool]:
+        """Insert a new PENDING action with its ``recorded`` event, or find the one
+        already under its id: ``(record, created)``. Another action under the same id
+        (other params, provider or operation) is a ``Conflict``."""
+
+    @abstractmethod
+    def record_and_claim(
+        self, rec: ActionRecord, *, actor: str, claim: Move
+    ) -> tuple[ActionRecord, bool]:
+        """``record`` and, when it created the record, ``claim`` in the same durable
+        transaction: ``(claimed record, True)``, or ``(existing record, False)``."""
+
+    @abstractmethod
+    def record_and_claim_many(
+        self, pairs: Sequence[tuple[ActionRecord, Move]], *, actor: str
+    ) -> list[tuple[ActionRecord, bool]]:
+        """``record_and_claim`` for a group, in ONE durable transaction (bulk dispatch:
+        every claim of the group is committed before any of its requests leaves). One
+        result per pair, in order; a ``Conflict`` on one pair rolls back nothing else:
+        its result is the existing record with ``False`` — callers compare params."""
+
+    @abstractmethod
+    def move(self, move: Move) -> ActionRecord | None:
+        """Apply one move in its own transaction: the new record, or None when its
+        guard did not hold (the record had moved on)."""
+
+    @abstractmethod
+    def commit(self, moves: Sequence[Move]) -> list[bool]:
+        """Apply several moves in one transaction (group commit); whether each guard held."""
+
+    @abstractmethod
+    def lease_due(
+        self,
+        *,
+        now: datetime,
+        cutoff: str,
+        size: int,
+        owner: str,
+        until: str,
+        expire: Expire,
+        pending: Sequence[Move] = (),
+    ) -> DueBatch:
+        """In one transaction: apply ``pending`` moves, then take up to ``size``
+        records due at ``cutoff`` (``next_check_at <= cutoff``, oldest due first) that
+        no one else holds. A dispatch lease that has not lapsed gets its due time put
+        right; a lapsed one is moved on by ``expire(record)``; every other row is
+        leased to ``owner`` until ``until``, which hides it from other due scans."""
+
+    @abstractmethod
+    def lease_one(self, rec: ActionRecord, *, owner: str, until: str, now: str) -> bool:
+        """Lease one record for a check now, unless another checker holds it."""
+
+    @abstractmethod
+    def hand_back(self, leased: Sequence[ActionRecord], *, owner: str) -> None:
+        """Release records leased to ``owner`` unchecked: due again at once."""
+
+
+def same_action(existing: ActionRecord, new: ActionRecord) -> None:
+    """``new`` may only reuse ``existing``'s id when it is the same action."""
+    if (
+        existing.params_hash != new.params_hash
+        or existing.provider != new.provider
+        or existing.operation != new.operation
+    ):
+        what = "params" if existing.params_hash != new.params_hash else "provider/operation"
+        raise Conflict(
+            f"action {new.action_id} already exists with different {what}; use another --action-id"
+        )
+
+
+# -- rows --------------------------------------------------------------------------------
+
+COLUMNS = (
+    "action_id",
+    "provider",
+    "operation",
+    "params",
+    "params_hash",
+    "tier",
+    "reconciliation_key",
+    "eligible_at",
+    "requires_manual_verification",
+    "attempt",
+    "idempotency_key",
+    "dispatch_id",
+    "provider_object_id",
+    "status",
+    "delivery",
+    "acceptance",
+    "dispatched_at",
+    "confirmed_at",
+    "confirmed_by",
+    "created_at",
+    "updated_at",
+    "lease_owner",
+    "lease_expires_at",
+    "next_check_at",
+    "verify_started_at",
+    "verify_deadline_at",
+    "checks",
+    "reason",
+    "snapshot",
+    "lands_by",
+    "contradiction",
+    "declared",
+)
+
+
+def to_row(rec: ActionRecord) -> dict[str, Any]:
+    """A record as the columns store it (JSON text for params, snapshot, declared)."""
+    return {
+        "action_id": rec.action_id,
+        "provider": rec.provider,
+        "operation": rec.operation,
+        "params": params_text(rec.params),
+        "params_hash": rec.params_hash,
+        "tier": str(rec.tier),
+        "reconciliation_key": rec.reconciliation_key,
+        "eligible_at": rec.eligible_at,
+        "requires_manual_verification": int(rec.requires_manual_verification),
+        "attempt": rec.attempt,
+        "idempotency_key": rec.idempotency_key,
+        "dispatch_id": rec.dispatch_id,
+        "provider_object_id": rec.provider_object_id,
+        "status": str(rec.status),
+        "delivery": str(rec.delivery),
+        "acceptance": str(rec.acceptance),
+        "dispatched_at": rec.dispatched_at,
+        "confirmed_at": rec.confirmed_at,
+        "confirmed_by": rec.confirmed_by,
+        "created_at": rec.created_at,
+        "updated_at": rec.updated_at,
+        "lease_owner": rec.lease_owner,
+        "lease_expires_at": rec.lease_expires_at,
+        "next_check_at": rec.next_check_at,
+        "verify_started_at": rec.verify_started_at,
+        "verify_deadline_at": rec.verify_deadline_at,
+        "checks": rec.checks,
+        "reason": rec.reason,
+        "snapshot": json_text(rec.snapshot),
+        "lands_by": rec.lands_by,
+        "contradiction": rec.contradiction,
+        "declared": json_text(rec.declared.to_json()) if rec.declared else None,
+    }
+
+
+def from_row(row: Mapping[str, Any]) -> ActionRecord:
+    snap, declared = row.get("snapshot"), row.get("declared")
+    return ActionRecord(
+        action_id=row["action_id"],
+        provider=row["provider"],
+        operation=row["operation"],
+        params=json.loads(row["params"]),
+        params_hash=row["params_hash"],
+        tier=Tier(row["tier"]),
+        reconciliation_key=row["reconciliation_key"],
+        eligible_at=row["eligible_at"],
+        requires_manual_verification=bool(row["requires_manual_verification"]),
+        attempt=row["attempt"],
+        idempotency_key=row["idempotency_key"],
+        dispatch_id=row["dispatch_id"],
+        provider_object_id=row["provider_object_id"],
+        status=Status(row["status"]),
+        delivery=Delivery(row["delivery"]),
+        acceptance=Acceptance(row["acceptance"]),
+        dispatched_at=row["dispatched_at"],
+        confirmed_at=row["confirmed_at"],
+        confirmed_by=row["confirmed_by"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        lease_owner=row["lease_owner"],
+        lease_expires_at=row["lease_expires_at"],
+        next_check_at=row["next_check_at"],
+        verify_deadline_at=row["verify_deadline_at"],
+        checks=row["checks"],
+        reason=row["reason"],
+        lands_by=row.get("lands_by"),
+        contradiction=row.get("contradiction"),
+        declared=Declared.from_json(json.loads(declared)) if declared else None,
+        verify_started_at=row.get("verify_started_at"),
+        snapshot=json.loads(snap) if snap is not None else None,
+    )
+
+
+def params_text(params: Any) -> str:
+    return json.dumps(params, sort_keys=True, ensure_ascii=False, allow_nan=False)
+
+
+def json_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def event_detail_text(detail: Mapping[str, Any]) -> str:
+    return json.dumps(detail, default=str)
+
+
+def recorded_detail(rec: ActionRecord) -> dict[str, Any]:
+    """The ``recorded`` event's evidence: the strategy fixed before anything leaves."""
+    return {
+        "tier": str(rec.tier),
+        "reconciliation_key": rec.reconciliation_key,
+        "eligible_at": rec.eligible_at,
+        "requires_manual_verification": rec.requires_manual_verification,
+    }
+
+
+__all__ = [
+    "COLUMNS",
+    "DUE_STATUSES",
+    "WRITABLE",
+    "DueBatch",
+    "Expire",
+    "Figures",
+    "Ledger",
+    "Move",
+    "Selection",
+    "from_row",
+    "same_action",
+    "to_row",
+]

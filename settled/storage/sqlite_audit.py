@@ -1,0 +1,112 @@
+"""The audit's figures from a SQLite ledger: four aggregate queries, per operation."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from ..model import EventKind
+from .base import Figures
+
+_COUNTS = """
+SELECT provider, operation, count(*),
+       sum(status = 'CONFIRMED'), sum(status = 'FAILED'), sum(status = 'DENIED_UNRESOLVED'),
+       sum(status IN ('PENDING', 'IN_FLIGHT', 'AWAITING_VERIFICATION')),
+       sum(confirmed_by = 'provider'), sum(confirmed_by = 'reconciliation'),
+       sum(confirmed_by LIKE 'operator:%'), sum(checks > 0),
+       sum(confirmed_by = 'reconciliation' AND checks > 1),
+       sum(contradiction IS NOT NULL)
+FROM actions GROUP BY provider, operation
+"""
+
+_FIRST_SEEN = """
+WITH d AS (
+  SELECT provider, operation,
+         round((julianday(confirmed_at) - julianday(dispatched_at)) * 86400.0, 3) AS s
+  FROM actions
+  WHERE confirmed_by = 'reconciliation' AND dispatched_at IS NOT NULL
+), r AS (
+  SELECT provider, operation, s,
+         row_number() OVER (PARTITION BY provider, operation ORDER BY s) AS i,
+         count(*) OVER (PARTITION BY provider, operation) AS n
+  FROM d
+)
+SELECT provider, operation, n,
+       max(CASE WHEN i = (n * 50 + 99) / 100 THEN s END),
+       max(CASE WHEN i = (n * 95 + 99) / 100 THEN s END)
+FROM r GROUP BY provider, operation, n
+"""
+
+# :outcome, :resolved, :unresolved, :reconciled are the event kinds (bound, never spliced).
+_EVENTS = """
+SELECT a.provider, a.operation, e.kind, e.to_status,
+       CASE e.kind
+         WHEN :outcome THEN json_extract(e.detail, '$.verdict')
+         WHEN :resolved THEN json_extract(e.detail, '$.verdict') || ':' || (a.checks > 0)
+         WHEN :unresolved THEN json_extract(e.detail, '$.seen') IS NOT NULL
+       END,
+       count(*)
+FROM events e JOIN actions a ON a.action_id = e.action_id
+WHERE e.kind IN (:outcome, :reconciled, :resolved, :unresolved)
+GROUP BY 1, 2, 3, 4, 5
+"""
+
+_ACCEPTED_THEN_ABSENT = """
+SELECT a.provider, a.operation, count(DISTINCT r.id)
+FROM events r
+JOIN events o ON o.action_id = r.action_id AND o.attempt = r.attempt AND o.kind = :outcome
+JOIN actions a ON a.action_id = r.action_id
+WHERE r.kind = :reconciled AND r.to_status = 'FAILED'
+  AND json_extract(o.detail, '$.verdict') = 'accepted'
+GROUP BY 1, 2
+"""
+
+_KINDS = {
+    "outcome": str(EventKind.OUTCOME),
+    "resolved": str(EventKind.RESOLVED),
+    "unresolved": str(EventKind.UNRESOLVED),
+    "reconciled": str(EventKind.RECONCILED),
+}
+
+
+def figures(conn: sqlite3.Connection) -> dict[tuple[str, str], Figures]:
+    out: dict[tuple[str, str], Figures] = {}
+
+    def get(p: str, o: str) -> Figures:
+        return out.setdefault((p, o), Figures())
+
+    for row in conn.execute(_COUNTS):
+        p, o, *n = row
+        f = get(p, o)
+        (
+            f.total,
+            f.confirmed,
+            f.failed,
+            f.unresolved,
+            f.pending,
+            f.confirmed_by_provider,
+            f.confirmed_by_reconciliation,
+            f.confirmed_by_person,
+            f.checked,
+            f.late,
+            f.contradictions,
+        ) = (int(x or 0) for x in n)
+    for p, o, n, p50, p95 in conn.execute(_FIRST_SEEN):
+        f = get(p, o)
+        f.first_seen_n, f.first_seen_p50, f.first_seen_p95 = int(n), p50, p95
+    for p, o, kind, to, value, n in conn.execute(_EVENTS, _KINDS):
+        f = get(p, o)
+        if kind == EventKind.OUTCOME and value == "proven":
+            f.proven_replies += n
+        elif kind == EventKind.OUTCOME and value == "accepted":
+            f.unproven_replies += n
+        elif kind == EventKind.OUTCOME and value == "ambiguous":
+            f.ambiguous_sends += n
+        elif kind == EventKind.RECONCILED and to == "FAILED":
+            f.reconciled_absent += n
+        elif kind == EventKind.RESOLVED and value == "applied:1":
+            f.found_by_person += n
+        elif kind == EventKind.UNRESOLVED and value == 1:
+            f.budget_spent += n
+    for p, o, n in conn.execute(_ACCEPTED_THEN_ABSENT, _KINDS):
+        get(p, o).accepted_then_absent = int(n)
+    return out
