@@ -281,3 +281,30 @@ def test_queue_show_and_json_on_a_pipe(hostile_ledger: dict[str, str]) -> None:
     data = json.loads(run_cli("queue", "--json").stdout)
     assert {r["action_id"] for r in data} == set(hostile_ledger.values())  # JSON stays exact
     assert any(r["reason"] == "500 body: \x1b[1A\x1b[2KCONFIRMED \x00 [/]" for r in data)
+
+
+def test_a_contradicted_record_is_flagged_in_show_and_queue(db_path: Path) -> None:
+    from conftest import run_cli
+
+    from settled.model import EventKind, Status
+    from settled.storage import Move
+
+    with Ledger.open(db_path) as led:
+        add(led, "late-1", status=Status.FAILED, reason="reconciliation proved the effect absent")
+        led.move(
+            Move(
+                "late-1",
+                Status.FAILED,
+                Status.FAILED,
+                "2026-01-01T00:00:00.000000Z",
+                "t",
+                EventKind.NOTE,
+                values={"contradiction": "a late reply says it applied"},
+            )
+        )
+    show = run_cli("show", "late-1")
+    assert "CONTRADICTED" in show.stdout and "a late reply says it applied" in show.stdout
+    assert "retry is blocked" in show.stdout
+    row = run_cli("queue", "--status", "FAILED").stdout.splitlines()[1].split("\t")
+    assert row[-1].startswith("CONTRADICTED: a late reply says it applied")
+    assert "contradicted" in row[-2]

@@ -142,6 +142,8 @@ def next_step(rec: Any, now: Any = None) -> str:
         return rel if rel.startswith("in ") else "due"
 
     short = now is not None
+    if getattr(rec, "contradiction", None):
+        return "needs a person" if short else "needs a person: contradicted (settled resolve)"
     if rec.status in ("CONFIRMED", "FAILED"):
         return "settled"
     if rec.status == "PENDING":

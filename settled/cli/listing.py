@@ -95,12 +95,22 @@ def render_show(rec: Any, events: list[Any], now: Any) -> None:
         fields.append(("next check", f"{iso(rec.next_check_at)} (checks so far: {rec.checks})"))
     if rec.verify_deadline_at:
         fields.append(("verify until", iso(rec.verify_deadline_at)))
+    if getattr(rec, "lands_by", None) and not rec.terminal:
+        fields.append(("may land until", iso(rec.lands_by)))
+    if getattr(rec, "contradiction", None):
+        fields.append(
+            (
+                "CONTRADICTED",
+                f"{rec.contradiction}; retry is blocked until a person "
+                "resolves it (settled resolve)",
+            )
+        )
     fields += [("why", rec.reason or "-"), ("next", next_step(rec))]
     grid = Table.grid(padding=(0, 2))
     grid.add_column(no_wrap=True)
     grid.add_column(overflow="fold")
     for k, v in fields:
-        grid.add_row(text(k), text(v))
+        grid.add_row(text(k), text((v, "bold red" if k == "CONTRADICTED" else "")))
     con.print(Padding(grid, (0, 0, 0, 2), expand=False))
     con.print(text(("events", "bold")))
     for e in events:
@@ -166,7 +176,7 @@ def queue_columns(now: Any, statuses: list[str]) -> list[Col]:
         Col("next", lambda r: next_step(r, now), next_step, give_way=5),
         Col("created", lambda r: iso(r.created_at), wide=True),
         Col("next check", lambda r: iso(r.next_check_at), wide=True),
-        Col("why", lambda r: one_line(r.reason or ""), flex=True),
+        Col("why", why, flex=True),
     ]
     return cols
 
@@ -182,8 +192,16 @@ def tsv_columns() -> list[Col]:
         Col("attempt", lambda r: str(r.attempt)),
         Col("next_check", lambda r: iso(r.next_check_at)),
         Col("next", next_step),
-        Col("why", lambda r: one_line(r.reason or "")),
+        Col("why", why),
     ]
+
+
+def why(rec: Any) -> str:
+    """The why cell: a contradiction of a terminal status first (rule 9), then the reason."""
+    reason = one_line(rec.reason or "")
+    if getattr(rec, "contradiction", None):
+        return f"CONTRADICTED: {one_line(rec.contradiction)}" + (f"; {reason}" if reason else "")
+    return reason
 
 
 def status_style(status: object) -> str:

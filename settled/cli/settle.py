@@ -177,11 +177,12 @@ def _read_ids(ids: list[str]) -> tuple[list[str], bool]:
     return list(dict.fromkeys(out)), from_stdin
 
 
-def _resolvable(rec: Any) -> str:
-    """Why this record cannot be resolved now, or '' when it can."""
-    if str(rec.status) == "DENIED_UNRESOLVED":
-        return ""
-    if str(rec.status) == "AWAITING_VERIFICATION" and rec.requires_manual_verification:
+def _resolvable(rec: Any, applied: bool, now: Any) -> str:
+    """Why a verdict cannot be recorded on this record now, or '' when it can: the
+    core's own rule (``policy.resolution``), asked without writing anything."""
+    from ..policy import resolution
+
+    if resolution(rec, applied=applied, reason="preview", by="preview", now=now) is not None:
         return ""
     if str(rec.status) == "AWAITING_VERIFICATION":
         return "verified automatically; wait or run `settled reconcile`"
@@ -397,12 +398,12 @@ def register(app: typer.Typer) -> None:
                 elif wanted is not None and a not in wanted:
                     plan.append((a, one, "not selected by the filters"))
                 else:
-                    plan.append((a, one, _resolvable(one)))
+                    plan.append((a, one, _resolvable(one, applied, now)))
         else:
             rows = ledger.query(
                 statuses=statuses, provider=provider, operation=operation, created_before=before
             )
-            plan = [(r.action_id, r, _resolvable(r)) for r in rows]
+            plan = [(r.action_id, r, _resolvable(r, applied, now)) for r in rows]
         todo = [p for p in plan if not p[2]]
         if as_json and dry_run:
             emit_json([_plan_json(p, applied, False) for p in plan])
