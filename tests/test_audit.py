@@ -43,7 +43,7 @@ class Scripted(BaseProvider):
     def __init__(self, clock: FakeClock) -> None:
         self.clock = clock
         self.sent: dict[str, tuple[datetime, Mapping[str, Any]]] = {}
-        common = {"verify_interval": 10.0, "attempts": 1}
+        common = {"verify_interval": 10.0, "attempts": 1, "predicate": True}
         self._ops = {
             "send": OperationSpec(
                 "send",
@@ -215,9 +215,19 @@ def test_attempts_without_dedupe_is_one_budget() -> None:
 
 
 def test_history_needs_enough_evidence(mem_ledger: Ledger) -> None:
-    spec = OperationSpec("x", Tier.RECONCILABLE, queryable=True)
+    spec = OperationSpec("x", Tier.RECONCILABLE, queryable=True, predicate=True)
     report = audit(mem_ledger, {("p", "x"): spec})
     assert report.debt == [] and MIN_EVIDENCE > 1
+
+
+@pytest.mark.parametrize("tier", [Tier.FULL, Tier.RECONCILABLE])
+def test_a_query_without_a_predicate_is_debt(tier: Tier) -> None:
+    """Rule 10: a query that only checks that something answers at its path
+    measures nothing; the audit says so."""
+    q3 = answer(OperationSpec("x", tier, queryable=True, proof="201"))[2]
+    assert (q3.answer, q3.debt) == ("partly", True) and "no predicate" in q3.why
+    fine = answer(OperationSpec("x", tier, queryable=True, proof="201", predicate=True))[2]
+    assert (fine.answer, fine.debt) == ("yes", False)
 
 
 def test_cli_audit_exit_code_and_json(tmp_path: Path, ledger: Ledger) -> None:

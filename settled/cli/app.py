@@ -91,7 +91,7 @@ def _globals(
     common.STATE.config_path = config
 
 
-from . import actions, daemon_cmd, demo, listing, providers_cmd, settle  # noqa: E402  (commands register on `app`)
+from . import actions, daemon_cmd, demo, listing, mcp_cmd, providers_cmd, settle  # noqa: E402  (commands register on `app`)
 
 actions.register(app)
 listing.register(app)
@@ -99,3 +99,4 @@ settle.register(app)
 daemon_cmd.register(app)
 providers_cmd.register(app)
 demo.register(app)
+mcp_cmd.register(app)
