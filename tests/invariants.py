@@ -205,11 +205,11 @@ def settle(
     """Run reconciliation passes (real time) until no record has a check scheduled.
     Returns the number of passes. Bounded by ``timeout`` seconds."""
     clock = clock or Clock()
-    rec = Reconciler(ledger, registry, clock=clock, lease=lease)
+    reconciler = Reconciler(ledger, registry, clock=clock, lease=lease)
     deadline = time.monotonic() + timeout
     passes = 0
     while True:
-        rec.run_due()
+        reconciler.run_due()
         passes += 1
         pending = [r.next_check_at for r in ledger.query() if r.next_check_at is not None]
         if not pending:

@@ -129,10 +129,10 @@ def seeded(ledger: Ledger) -> tuple[Ledger, dict[tuple[str, str], OperationSpec]
     for i in range(8):
         send("create", proof=i < 2, visible_after=0)
     send("notify")
-    rec = Reconciler(ledger, registry, clock=clock, lease=5.0)
+    reconciler = Reconciler(ledger, registry, clock=clock, lease=5.0)
     for _ in range(40):  # 400 s of fake time, in 10 s steps
         clock.advance(10)
-        rec.run_due()
+        reconciler.run_due()
     specs = {("api", name): spec for name, spec in provider.operations().items()}
     return ledger, specs
 

@@ -75,13 +75,13 @@ def server() -> Iterator[SimServer]:
 def settle(ledger: Ledger, registry: Registry, aid: str) -> Any:
     """Run verification for one record until it is terminal or only a person can
     settle it (bounded: a few seconds at most)."""
-    rec = Reconciler(ledger, registry, lease=5.0)
+    reconciler = Reconciler(ledger, registry, lease=5.0)
     stop = time.monotonic() + 5
     while time.monotonic() < stop:
         r = ledger.get(aid)
         if r.terminal or (r.status is Status.DENIED_UNRESOLVED and not r.next_check_at):
             return r
-        rec.run_ids([aid])
+        reconciler.run_ids([aid])
         time.sleep(0.02)
     return ledger.get(aid)
 

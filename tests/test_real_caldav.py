@@ -67,7 +67,7 @@ def world(
 
 
 def settle(world: tuple[Any, ...], aid: str) -> ActionRecord:
-    _, ledger, _, rec, _ = world
+    _, ledger, _, reconciler, _ = world
     stop = time.monotonic() + 6
     while True:
         r: ActionRecord = ledger.get(aid)
@@ -75,7 +75,7 @@ def settle(world: tuple[Any, ...], aid: str) -> ActionRecord:
             return r
         if time.monotonic() > stop:
             return r
-        rec.run_ids([aid])
+        reconciler.run_ids([aid])
         time.sleep(0.05)
 
 

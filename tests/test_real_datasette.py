@@ -76,7 +76,7 @@ def rows(url: str, ref: str | None) -> list[dict[str, Any]]:
     return [r for r in got.json() if r["ref"] == ref]
 
 
-def settle(ledger: Ledger, rec: Reconciler, aid: str, budget: float = 6.0) -> ActionRecord:
+def settle(ledger: Ledger, reconciler: Reconciler, aid: str, budget: float = 6.0) -> ActionRecord:
     stop = time.monotonic() + budget
     while True:
         r = ledger.get(aid)
@@ -84,7 +84,7 @@ def settle(ledger: Ledger, rec: Reconciler, aid: str, budget: float = 6.0) -> Ac
             return r
         if time.monotonic() > stop:
             return r
-        rec.run_ids([aid])
+        reconciler.run_ids([aid])
         time.sleep(0.05)
 
 
@@ -102,14 +102,14 @@ FAULTS = {
 def test_insert_under_faults_agrees_with_the_table(
     server: tuple[str, str], world: tuple[Any, ...], fault: str
 ) -> None:
-    proxy, ledger, d, rec = world
+    proxy, ledger, d, reconciler = world
     proxy.plan(fault)
     report = d.submit("ds", "insert", {"item": "tea", "qty": 2}, action_id=f"ds-{fault}")
     if fault == "pass":
         [(_, line)] = proxy.log
         assert line.startswith(b"POST /shop/orders/-/insert ")
     proxy.settle()
-    r = settle(ledger, rec, report.record.action_id)
+    r = settle(ledger, reconciler, report.record.action_id)
     found = rows(server[0], r.reconciliation_key)
     assert len(found) <= 1
     assert r.status is FAULTS[fault], r.reason

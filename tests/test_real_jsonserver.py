@@ -106,14 +106,14 @@ def orders(server: str, **where: str) -> list[dict[str, Any]]:
 
 
 def settle(world: tuple[Any, ...], aid: str, budget: float = 8.0) -> ActionRecord:
-    ledger, _, _, rec = world
+    ledger, _, _, reconciler = world
     stop = time.monotonic() + budget
     while True:
         r: ActionRecord = ledger.get(aid)
         done = r.terminal or (r.status is Status.DENIED_UNRESOLVED and not r.next_check_at)
         if done or time.monotonic() > stop:
             return r
-        rec.run_ids([aid])
+        reconciler.run_ids([aid])
         time.sleep(0.05)
 
 

@@ -335,46 +335,6 @@ class Submitted:
         return self.record.status is Status.PENDING
 
 
-class _OpenGate:
-    """Opening a ledger must not overlap with this process's use of another connection
-    to it: ``Ledger.open`` reads the file's header through a descriptor of its own, and
-    closing any descriptor of a file drops every POSIX lock the process holds on it,
-    including a lock another connection holds mid-transaction (SQLite's "how to
-    corrupt" §2.2). Uses are shared; an open waits until no session is in use."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._users = 0
-        self._opening = False
-
-    @contextmanager
-    def using(self) -> Iterator[None]:
-        with self._cond:
-            self._cond.wait_for(lambda: not self._opening)
-            self._users += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._users -= 1
-                self._cond.notify_all()
-
-    @contextmanager
-    def opening(self) -> Iterator[None]:
-        with self._cond:
-            self._cond.wait_for(lambda: not self._opening and not self._users)
-            self._opening = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._opening = False
-                self._cond.notify_all()
-
-
-_GATE = _OpenGate()  # one per process: it guards the process's file locks
-
-
 class Toolbox:
     """The operations configured for this ledger, as tools.
 
@@ -385,8 +345,8 @@ class Toolbox:
 
     Each call works in a session of its own. With ``pool`` > 0, up to that many
     sessions are kept open (``prepare`` opens them all) and calls from several threads
-    run side by side; with ``pool=0`` each call opens a session and closes it after,
-    and calls from several threads take turns. ``close`` closes the pool."""
+    run side by side; with ``pool=0`` each call opens a session and closes it after.
+    ``close`` closes the pool."""
 
     def __init__(
         self,
@@ -410,8 +370,7 @@ class Toolbox:
     def _new(self, create: bool) -> Session:
         s = Session(db=self.db, config_path=self.config_path)
         try:
-            with _GATE.opening():
-                s.ledger(create=create)
+            s.ledger(create=create)
         except BaseException:
             s.close()
             raise
@@ -450,8 +409,7 @@ class Toolbox:
         """A session with its ledger open (``create``: make the ledger when missing)."""
         s = self._take(create)
         try:
-            with _GATE.using():
-                yield s
+            yield s
         finally:
             self._give(s)
 

@@ -21,13 +21,12 @@ elicitation the result is ``accepted``, awaiting ``settled confirm`` from a shel
 
 Ledger and provider calls are blocking: they run in worker threads, each with a
 session of its own from a pool opened at start, so concurrent calls never share a
-database connection and no ledger is opened while another call is writing.
+database connection.
 """
 
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import unquote
@@ -124,8 +123,6 @@ class SettledMCP:
     def _error_line(self, exc: BaseException) -> str:
         if isinstance(exc, SettledError):
             return f"error: {exc}"
-        if isinstance(exc, sqlite3.DatabaseError):  # the ledger file, not settled, is broken
-            return f"error: ledger: {exc}"
         line = f"internal error: {type(exc).__name__}: {exc}"
         log.error("settled mcp: %s", one_line(line), exc_info=exc if self.debug else None)
         return line

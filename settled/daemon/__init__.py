@@ -138,7 +138,7 @@ class Sweeper:
         self.passes += 1
         self._in_pass = True
         self._progress_at = started = time.monotonic()
-        rec = Reconciler(
+        reconciler = Reconciler(
             self.ledger,
             self.registry,
             clock=self.clock,
@@ -151,7 +151,7 @@ class Sweeper:
             probe=self.probe,
         )
         try:
-            report = rec.run_due()
+            report = reconciler.run_due()
             depth = self.ledger.status_counts()
         except SettledError as exc:
             self._pass_failed(exc, started)

@@ -40,6 +40,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import httpx
 
+from ..checks import expand_env, number
 from ..clock import steady, utcnow
 from ..errors import ConfigError, UnknownProvider, UsageError
 from ..model import Tier
@@ -55,7 +56,6 @@ from .base import (
     Wire,
     WireResult,
 )
-from .checks import expand_env, number
 
 KEYS = ("url", "username", "password", "timeout", "attempts", "consistency_window", "verify")
 MARK = "X-SETTLED-KEY"

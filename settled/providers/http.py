@@ -39,6 +39,7 @@ from urllib.parse import urlencode
 
 import httpx
 
+from ..checks import expand_env, has_control, number
 from ..errors import ConfigError, UnknownProvider, UsageError
 from ..model import DEFAULT_CONSISTENCY_WINDOW, Tier, idempotency_key
 from . import _shape
@@ -64,7 +65,6 @@ from .base import (
     Wire,
     WireResult,
 )
-from .checks import expand_env, has_control, number
 
 PROVIDER_KEYS = ("base_url", "timeout", "headers", "auth", "operations")
 OPERATION_KEYS = (

@@ -14,6 +14,7 @@ from urllib.parse import quote
 import httpx
 
 from .. import crashpoints
+from ..checks import number
 from ..errors import ConfigError, UnknownProvider, UsageError
 from ..model import Tier
 from ._wire import Exchange, build, excerpt, exchange, header_value, parse_json, show
@@ -27,7 +28,6 @@ from .base import (
     Wire,
     WireResult,
 )
-from .checks import number
 
 # key -> (accepted types, description for the error message, default)
 _CONF: dict[str, tuple[tuple[type, ...], str, Any]] = {

@@ -1,4 +1,5 @@
-"""Configuration checks the built-in providers share: numbers and ``${VAR}`` values.
+"""Configuration checks settled.toml and the built-in providers share: numbers and
+``${VAR}`` values.
 
 Every failure is a one-line ``ConfigError`` that starts with the key (the registry
 puts the file and ``providers.NAME`` in front of it) and says how to fix it. An
@@ -12,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import ConfigError
+from .errors import ConfigError
 
 ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
