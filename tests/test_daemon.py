@@ -270,3 +270,33 @@ def test_cli_import_stays_light() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False
     )
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_a_stop_signal_during_a_log_line_never_deadlocks(ledger: Ledger) -> None:
+    """SIGTERM may arrive while the main thread is writing a log line, holding the
+    log's lock. The handler only records the request; logging from it would wait
+    forever on that lock."""
+    import io
+    import threading
+
+    from settled.daemon import Sweeper, json_lines
+
+    sweeper: Sweeper
+
+    class Interrupted(io.StringIO):
+        fired = False
+
+        def write(self, text: str) -> int:
+            if not self.fired:  # the signal lands mid-write
+                self.fired = True
+                sweeper.request_stop("SIGTERM")
+            return super().write(text)
+
+    out = Interrupted()
+    sweeper = Sweeper(ledger, Registry({}, source="test"), log=json_lines(out))
+    done = threading.Thread(target=sweeper.serve, kwargs={"once": True}, daemon=True)
+    done.start()
+    done.join(timeout=20)
+    assert not done.is_alive(), "the daemon deadlocked on its own log"
+    events = [json.loads(line)["event"] for line in out.getvalue().splitlines()]
+    assert events == ["started", "stopping", "stopped"]

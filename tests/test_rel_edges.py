@@ -310,6 +310,14 @@ def test_a_contradiction_makes_the_audit_report_debt(
     finally:
         registry.close()
     write_config(tmp_path / "settled.toml", {"api": conf})
+    # flagged in the queue a monitor watches, and in show
+    queued = run_cli("queue", "--json", "--fail-if-any")
+    assert queued.returncode == 4, queued.stderr
+    (row,) = json.loads(queued.stdout)
+    assert row["action_id"] == "late" and row["status"] == "FAILED" and row["contradiction"]
+    shown = run_cli("show", "late")
+    assert shown.returncode == 0 and "CONTRADICTED" in shown.stdout
+    assert json.loads(run_cli("queue", "--status", "DENIED_UNRESOLVED", "--json").stdout) == []
     audit = run_cli("providers", "audit", "--json")
     assert audit.returncode == 4, audit.stderr
     op = next(o for o in json.loads(audit.stdout)["operations"] if o["operation"] == "send")
@@ -321,7 +329,7 @@ def test_a_contradiction_makes_the_audit_report_debt(
 
 
 def test_a_config_change_never_rewrites_what_an_action_was_recorded_as(
-    ledger: Ledger, server: SimServer
+    tmp_path: Path, ledger: Ledger, server: SimServer
 ) -> None:
     blind = {"notify": {"tier": "blind", "attempts": 1,
                         "request": {"method": "POST", "path": "/v1/book"}}}  # fmt: skip
@@ -337,6 +345,13 @@ def test_a_config_change_never_rewrites_what_an_action_was_recorded_as(
     assert rec.status is Status.DENIED_UNRESOLVED and rec.confirmed_by is None
     assert "blind" in (rec.reason or "") and report.record is not None
     assert rec.declared is not None and rec.declared.tier == "blind"
+    # show says the config differs from what the action was recorded with
+    write_config(tmp_path / "settled.toml", {"api": {"type": "http", "base_url": server.url,
+                                                      "operations": full}})  # fmt: skip
+    data = json.loads(run_cli("show", "b1", "--json").stdout)
+    assert "tier: blind → full" in data["config_changes"]
+    human = run_cli("show", "b1")
+    assert "config changed" in human.stdout and "blind → full" in human.stdout
 
 
 def test_a_query_removed_from_the_config_strands_nothing(

@@ -110,10 +110,10 @@ def _wait(record: Any, timeout: float, quiet: bool = False) -> Any:
     """``--wait``: verification in this process (``settled.wait``), until settled, with
     what it waits for on stderr: in place on a terminal, else a line per status
     (none with ``quiet``: --json off a terminal)."""
-    from ..clock import Clock, utcnow
     from ..wait import wait_for
 
     start = time.monotonic()
+    reconciler = STATE.reconciler(actor="wait")  # the ledger's clock, as every process
     err = console(stderr=True)
     tty = is_tty(sys.stderr)
     last: list[str] = []
@@ -123,7 +123,7 @@ def _wait(record: Any, timeout: float, quiet: bool = False) -> Any:
         if rec.terminal:
             return
         left = max(0.0, timeout - (time.monotonic() - start))
-        msg = waiting_for(rec, utcnow(), left)
+        msg = waiting_for(rec, reconciler.clock.now(), left)
         if spinner is not None:
             spinner.update(text(msg))
         elif not quiet and str(rec.status) not in last:
@@ -134,7 +134,7 @@ def _wait(record: Any, timeout: float, quiet: bool = False) -> Any:
         spinner.start()
     try:
         return wait_for(
-            STATE.reconciler(clock=Clock(), actor="wait"),
+            reconciler,
             record.action_id,
             timeout,
             on_progress=progress,

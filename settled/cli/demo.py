@@ -69,7 +69,6 @@ def register(app: typer.Typer) -> None:
 
 
 def _run(db: str, *, kept: bool) -> None:
-    from ..clock import utcnow
     from ..dispatch import Dispatcher
     from ..ledger import Ledger
     from ..providers import Registry
@@ -121,10 +120,10 @@ def _run(db: str, *, kept: bool) -> None:
 
             con.print()
             con.print(text("reconciling until nothing is due (verification budget 2 s) …"))
-            rec = Reconciler(ledger, registry, actor="demo-reconciler")
+            reconciler = Reconciler(ledger, registry, actor="demo-reconciler")
             deadline = time.monotonic() + 8
             while time.monotonic() < deadline:
-                rec.run_due()
+                reconciler.run_due()
                 pending = ledger.query(statuses=["AWAITING_VERIFICATION", "IN_FLIGHT"])
                 due = [r for r in ledger.query(statuses=["DENIED_UNRESOLVED"]) if r.next_check_at]
                 if not pending and not due:
@@ -136,7 +135,7 @@ def _run(db: str, *, kept: bool) -> None:
             rows = ledger.query(statuses=["DENIED_UNRESOLVED"])
             tty = is_tty()
             listing(
-                queue_columns(utcnow(), ["DENIED_UNRESOLVED"]) if tty else tsv_columns(),
+                queue_columns(ledger.clock().now(), ["DENIED_UNRESOLVED"]) if tty else tsv_columns(),
                 rows,
                 "table" if tty else "tsv",
                 title=f"queue: DENIED_UNRESOLVED ({len(rows)})",

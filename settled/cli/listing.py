@@ -27,8 +27,9 @@ Examples:
   settled show order-42-mail --exit-status && echo done
 """
 
-QUEUE_HELP = """List the actions nobody can call done yet (DENIED_UNRESOLVED by default),
-oldest first, with what settles each next.
+QUEUE_HELP = """List the actions nobody can call done yet, oldest first, with what settles
+each next. By default: every DENIED_UNRESOLVED action, and every settled one that a
+later reply contradicts (flagged CONTRADICTED; retry is blocked until it is resolved).
 
 On a terminal: a table that fits its width (ids are never cut; the why column wraps
 at word boundaries; att, tier, operation, age and next give way in that order when
@@ -47,7 +48,25 @@ Examples:
 """
 
 
-def render_show(rec: Any, events: list[Any], now: Any) -> None:
+def config_changes(rec: Any) -> list[str] | None:
+    """How the current config's declaration of the record's operation differs from
+    what the record was recorded with (rule 11: the stored one governs it); None when
+    nothing can be compared (an older record, or the operation is not configured or
+    cannot be loaded here)."""
+    from ..errors import SettledError
+    from ..model import Declared
+
+    if rec.declared is None:
+        return None
+    try:
+        spec = STATE.registry().operation(rec.provider, rec.operation)
+    except SettledError:
+        return None
+    changes: list[str] = rec.declared.differences(Declared.of(spec))
+    return changes
+
+
+def render_show(rec: Any, events: list[Any], now: Any, changes: list[str] | None = None) -> None:
     from rich.padding import Padding
     from rich.table import Table
 
@@ -103,6 +122,14 @@ def render_show(rec: Any, events: list[Any], now: Any) -> None:
                 "CONTRADICTED",
                 f"{rec.contradiction}; retry is blocked until a person "
                 "resolves it (settled resolve)",
+            )
+        )
+    if changes:
+        fields.append(
+            (
+                "config changed",
+                f"since this action was recorded: {'; '.join(changes)} (it keeps what it was "
+                "recorded with; new actions use the current config)",
             )
         )
     fields += [("why", rec.reason or "-"), ("next", next_step(rec))]
@@ -235,29 +262,31 @@ def register(app: typer.Typer) -> None:
         ),
         as_json: bool = typer.Option(False, "--json", help="The record and its events as JSON."),
     ) -> None:
-        from ..clock import utcnow
         from .actions import check_id
 
         check_id(action_id)
         ledger = STATE.ledger(create=False)
         rec = ledger.get(action_id)
         events = ledger.events(action_id)
+        changes = config_changes(rec)
         if as_json:
             data = rec.to_json()
+            data["config_changes"] = changes
             data["events"] = [e.to_json() for e in events]
             emit_json(data)
         else:
-            render_show(rec, events, utcnow())
+            render_show(rec, events, ledger.clock(anchor=False).now(), changes)
         raise typer.Exit(EXIT_BY_STATUS[rec.status] if exit_status else 0)
 
     @app.command(help=QUEUE_HELP)
     def queue(
         status: str = typer.Option(
-            "DENIED_UNRESOLVED",
+            None,
             "--status",
             metavar="STATUS[,STATUS…]|all",
             autocompletion=complete.statuses,
-            help="Statuses to list.",
+            help="Statuses to list (default: DENIED_UNRESOLVED, and contradicted ones).",
+            show_default=False,
         ),
         provider: str = typer.Option(
             None,
@@ -302,23 +331,26 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         from dataclasses import replace
 
-        from ..clock import plus, to_text, utcnow
+        from ..clock import plus, to_text
         from ..storage.base import Selection
         from .common import check_filters
 
-        statuses = parse_statuses(status)
+        statuses = parse_statuses(status or "DENIED_UNRESOLVED")
         fmt = default_format(output, as_json)
-        now = utcnow()
-        before = to_text(plus(now, -parse_duration(older_than))) if older_than else None
+        age = parse_duration(older_than) if older_than else None
         ledger = STATE.ledger(create=False)
+        now = ledger.clock(anchor=False).now()
+        before = to_text(plus(now, -age)) if age is not None else None
         check_filters(ledger, provider, operation)
         limit = min(limit, 2**63 - 1)  # SQLite's largest integer; more rows cannot exist
         sel = Selection(
-            statuses=statuses, provider=provider, operation=operation, created_before=before
-        )
+            statuses=statuses, provider=provider, operation=operation, created_before=before,
+            also_contradicted=status is None,
+        )  # fmt: skip
         rows = ledger.records(replace(sel, limit=limit))
         total = ledger.count(sel) if len(rows) >= limit else len(rows)
-        title = f"queue: {', '.join(statuses)} ({total})"
+        what = ", ".join(statuses) + (" + contradicted" if status is None else "")
+        title = f"queue: {what} ({total})"
         if fmt == "json":
             emit_json([{**r.to_json(), "next": next_step(r)} for r in rows])
         elif fmt == "tsv":
@@ -329,7 +361,7 @@ def register(app: typer.Typer) -> None:
                 rows,
                 fmt,
                 title=title,
-                empty=f"queue ({', '.join(statuses)}): empty",
+                empty=f"queue ({what}): empty",
             )
         if total > len(rows):
             console(stderr=True).print(

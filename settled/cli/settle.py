@@ -333,7 +333,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         import click
 
-        from ..clock import plus, to_text, utcnow
+        from ..clock import plus, to_text
         from ..errors import NotFound, SettledError, UsageError
         from ..resolve import resolve as do_resolve
         from .common import check_filters
@@ -352,8 +352,8 @@ def register(app: typer.Typer) -> None:
             raise click.UsageError(
                 "give ACTION_IDs, - (ids on stdin), or selectors such as --provider"
             )
-        now = utcnow()
         ledger = STATE.ledger(create=False)
+        now = ledger.clock(anchor=False).now()  # a refused or previewed resolve writes nothing
         single = len(ids) == 1 and not selecting and not from_stdin
         if single and not dry_run:  # one named action: as it always was
             rec = do_resolve(

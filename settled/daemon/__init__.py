@@ -72,6 +72,8 @@ class Sweeper:
     metrics_address: str | None = None  # where it serves, for the started line
     notifier: Notifier = field(default_factory=lambda: Notifier({}))
     _stop: threading.Event = field(default_factory=threading.Event)
+    _stop_reason: str = "stop requested"
+    _said_stopping: bool = False
     passes: int = 0
     failed_passes: int = 0
     last_pass_ok: bool | None = None
@@ -94,10 +96,19 @@ class Sweeper:
         self.log({"time": self.now_text, "event": event, "daemon": self.name, **fields})
 
     def request_stop(self, why: str = "stop requested") -> None:
+        """Ask the daemon to stop after the check in hand. Safe in a signal handler:
+        it only records the request (logging from a handler could wait forever on the
+        log's lock, held by the very line the signal interrupted); ``serve`` says so."""
         if not self._stop.is_set():
-            self.emit("stopping", reason=why)
-            self.notifier.stopping()
+            self._stop_reason = why
         self._stop.set()
+
+    def _stopping(self) -> None:
+        """Say that a stop was asked for, once, from the serving thread."""
+        if not self._said_stopping:
+            self._said_stopping = True
+            self.emit("stopping", reason=self._stop_reason)
+            self.notifier.stopping()
 
     @property
     def stopping(self) -> bool:
@@ -220,6 +231,8 @@ class Sweeper:
         )
         if once:
             self.run_pass()
+            if self._stop.is_set():
+                self._stopping()
             self.emit("stopped", passes=self.passes)
             return 0
         from datetime import UTC, datetime
@@ -274,6 +287,7 @@ class Sweeper:
                 if self.notifier.watchdog is not None and now >= next_ping and self.alive():
                     self.notifier.ping()
                     next_ping = now + self.notifier.watchdog
+            self._stopping()
         finally:
             scheduler.shutdown(wait=True)  # the pass in hand sees the stop and returns
             aps_log.removeHandler(handler)

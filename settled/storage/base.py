@@ -107,6 +107,7 @@ class Selection:
     created_before: str | None = None
     ids: Sequence[str] | None = None
     contradicted: bool = False  # only records whose terminal status later evidence contradicts
+    also_contradicted: bool = False  # ``statuses``, and every contradicted record as well
     limit: int | None = None
     newest_first: bool = False
 
@@ -279,8 +280,10 @@ class Ledger(ABC):
     def integrity_check(self) -> str: ...
 
     @abstractmethod
-    def clock(self) -> Clock:
-        """The clock decisions about this ledger's records are made by."""
+    def clock(self, *, anchor: bool = True) -> Clock:
+        """The clock decisions about this ledger's records are made by. ``anchor``
+        false: never write to take one (a command that only reads); the wall clock
+        stands in until a writer has taken this boot's anchor."""
 
     # -- writes --------------------------------------------------------------------------
 

@@ -270,7 +270,9 @@ class SqliteLedger(Ledger):
         where: list[str] = []
         args: list[Any] = []
         if sel.statuses:
-            where.append(f"status IN ({', '.join('?' * len(sel.statuses))})")
+            marks = ", ".join("?" * len(sel.statuses))
+            either = " OR contradiction IS NOT NULL" if sel.also_contradicted else ""
+            where.append(f"(status IN ({marks}){either})")
             args.extend(str(s) for s in sel.statuses)
         if sel.provider:
             where.append("provider = ?")
@@ -341,7 +343,7 @@ class SqliteLedger(Ledger):
         with self._mapped("read"):
             return str(self._read_one("PRAGMA integrity_check")[0])
 
-    def clock(self) -> Clock:
+    def clock(self, *, anchor: bool = True) -> Clock:
         """The host's steady ledger clock (see ``settled.clock``): this boot's anchor,
         taken by the first process that needed it, read by all the others."""
         if self._clock is None:
@@ -350,6 +352,8 @@ class SqliteLedger(Ledger):
                 self._clock = Clock()
                 return self._clock
             row = self._read_all("SELECT wall, steady FROM clock_anchors WHERE boot_id = ?", (bid,))
+            if not row and not anchor:
+                return Clock()  # nothing anchored on this boot yet: no step to correct
             if not row:
                 with self._write("anchor the clock") as c:
                     c.execute(
