@@ -95,6 +95,9 @@ def test_show_renders_the_full_timeline(filled: Ledger) -> None:
     text = " ".join(human.stdout.split())
     for needle in ("operator:carol", "resolved", "ticket 77", "customer called", "blind"):
         assert needle in text
+    # a pipe gets no padding: `| grep ...$` works, and a narrow terminal at the end of
+    # the pipe shows no blank lines
+    assert not [line for line in human.stdout.splitlines() if line.endswith(" ")]
     assert run_cli("show", "auto").returncode == 0
     assert run_cli("show", "auto", "--exit-status").returncode == 4
     assert run_cli("show", "nope").returncode == 6

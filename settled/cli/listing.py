@@ -11,7 +11,18 @@ import typer
 
 from . import complete
 from .common import EXIT_BY_STATUS, STATE, STATUSES, emit_json, next_step, one_line, parse_duration
-from .render import Col, ago, console, default_format, iso, listing, status_text, term, text
+from .render import (
+    Col,
+    ago,
+    console,
+    default_format,
+    iso,
+    listing,
+    print_trimmed,
+    status_text,
+    term,
+    text,
+)
 
 SHOW_HELP = """Show one action: what it was (params, times), where it stands, and every event.
 
@@ -138,7 +149,7 @@ def render_show(rec: Any, events: list[Any], now: Any, changes: list[str] | None
     grid.add_column(overflow="fold")
     for k, v in fields:
         grid.add_row(text(k), text((v, "bold red" if k == "CONTRADICTED" else "")))
-    con.print(Padding(grid, (0, 0, 0, 2), expand=False))
+    print_trimmed(con, Padding(grid, (0, 0, 0, 2), expand=False))
     con.print(text(("events", "bold")))
     for e in events:
         move = f"{e.from_status or '∅'} → {e.to_status}"

@@ -105,6 +105,15 @@ def console(stderr: bool = False, *, width: int | None = None) -> Any:
 
 PIPE_WIDTH = 100_000  # off a terminal nothing is folded: one logical line is one line
 
+
+def print_trimmed(con: Any, renderable: Any) -> None:
+    """Print ``renderable`` without the spaces a grid pads its short cells with: they
+    break ``grep ...$`` and wrap into blank lines when a pipe ends in a narrow terminal."""
+    with con.capture() as cap:
+        con.print(renderable)
+    con.file.write("\n".join(line.rstrip(" ") for line in cap.get().split("\n")))
+    con.file.flush()
+
 STATUS_STYLE = {
     "CONFIRMED": "green",
     "FAILED": "red",
