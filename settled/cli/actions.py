@@ -146,8 +146,24 @@ def register(app: typer.Typer) -> None:
         wait: bool = typer.Option(False, "--wait", help="Verify in-process until settled."),
         wait_timeout: float = typer.Option(60.0, "--wait-timeout", help="Seconds --wait may take."),
         as_json: bool = typer.Option(False, "--json", help="Print the record as JSON."),
+        from_: str = typer.Option(
+            None, "--from", help="Bulk: JSON lines {action_id, params} from FILE, or - for stdin.",
+            show_default=False,
+        ),
+        concurrency: int = typer.Option(
+            None, "--concurrency", min=1, show_default=False,
+            help="With --from: requests in flight at once (default: the provider's).",
+        ),
     ) -> None:
-        """Record an action and dispatch it (exit code = its status)."""
+        """Record an action and dispatch it (exit code = its status).
+
+        With --from, one action per line; exit 0 when every line did what was asked,
+        else the highest exit code among the lines."""
+        if from_ is not None or concurrency is not None:
+            from .bulk import check_bulk_options, dispatch_from
+
+            check_bulk_options(from_, params, action_id, needs_confirmation, wait)
+            raise typer.Exit(dispatch_from(provider, operation, from_, concurrency, as_json))
         values = parse_params(params)
         if action_id is not None:
             check_id(action_id)

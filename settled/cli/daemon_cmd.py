@@ -15,6 +15,11 @@ def register(app: typer.Typer) -> None:
             show_default=False,
         ),
         once: bool = typer.Option(False, "--once", help="Run one pass, log it, and exit."),
+        concurrency: int = typer.Option(
+            None, "--concurrency", min=1, show_default=False,
+            help="Queries in flight at once (default [reconcile] concurrency, else each "
+            "provider's).",
+        ),
     ) -> None:
         """Run the reconciliation pass (`reconcile --due`) every --interval seconds.
 
@@ -35,6 +40,7 @@ def register(app: typer.Typer) -> None:
         sweeper = Sweeper(
             STATE.ledger(), STATE.registry(), interval=every, batch=cfg.reconcile_batch,
             lease=cfg.reconcile_lease, probe=STATE.probe,
+            concurrency=STATE.query_concurrency(concurrency),
         )
 
         def on_signal(signum: int, _frame: object) -> None:

@@ -71,6 +71,11 @@ def register(app: typer.Typer) -> None:
             None, "--limit", min=1, help="With --due: examine at most N records.", show_default=False
         ),
         as_json: bool = typer.Option(False, "--json", help="Print the pass report as JSON."),
+        concurrency: int = typer.Option(
+            None, "--concurrency", min=1, show_default=False,
+            help="With --due: queries in flight at once (default [reconcile] concurrency, "
+            "else each provider's).",
+        ),
     ) -> None:
         import click
 
@@ -83,7 +88,9 @@ def register(app: typer.Typer) -> None:
             raise click.UsageError("give ACTION_IDs to check, or --due for a pass over what is due")
         if limit is not None and not due:
             raise click.UsageError("--limit applies to --due only")
-        r = STATE.reconciler()
+        if concurrency is not None and not due:
+            raise click.UsageError("--concurrency applies to --due only")
+        r = STATE.reconciler(concurrency=concurrency)
         report = r.run_due(limit) if due else r.run_ids(ids)
         if as_json:
             emit_json(report.to_json())

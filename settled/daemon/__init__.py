@@ -70,6 +70,7 @@ class Sweeper:
     lease: float = DEFAULT_LEASE
     clock: Clock | None = None  # default: the ledger's
     probe: Probe = no_probe
+    concurrency: tuple[int, dict[str, int]] = (1, {})  # threads for queries; limit per provider
     log: Log = field(default_factory=json_lines)
     name: str = field(default_factory=lambda: f"daemon:{os.getpid()}")
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -111,7 +112,7 @@ class Sweeper:
         rec = Reconciler(
             self.ledger, self.registry, clock=self.clock, actor=self.name, batch=self.batch,
             lease=self.lease, on_change=self._transition, stop_requested=self._stop.is_set,
-            probe=self.probe,
+            probe=self.probe, concurrency=self.concurrency[0], limits=self.concurrency[1],
         )
         try:
             report = rec.run_due()

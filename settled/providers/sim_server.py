@@ -129,8 +129,10 @@ class SimServer:
         lag: float = 0.0,
         default_fault: str = "ok",
         huge_bytes: int = 8 * 1024 * 1024,
+        latency: float = 0.0,
     ) -> None:
         self.host = host
+        self.latency = latency  # s every /v1/ request waits before it is handled
         self._requested_port = port
         self.honour_keys = honour_keys
         self.hang = hang
@@ -456,6 +458,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._read_body()
         path = self.path.split("?", 1)[0]
+        self._wait_latency(path)
         if path == "/_truth":
             return self._send(_json(200, self.sim.truth()))
         if path.startswith("/v1/effects/"):
@@ -488,6 +491,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/_plan":
             return self._plan(body, error)
         if path.startswith("/v1/"):
+            self._wait_latency(path)
             return self._operation(path[len("/v1/") :], body, error)
         self._send(_json(404, {"error": f"no route POST {path}"}))
 
@@ -523,6 +527,11 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(_json(400, {"error": "reconciliation_key must be a string or null"}))
         outcome = self.sim._process(op, body["action_id"], rkey, ikey, body.get("params"))
         self._perform(outcome)
+
+    def _wait_latency(self, path: str) -> None:
+        """A provider far away: every ``/v1/`` request waits ``latency`` seconds."""
+        if self.sim.latency > 0 and path.startswith("/v1/"):
+            self.sim._stopping.wait(self.sim.latency)
 
     # -- the wire ---------------------------------------------------------------------
 
@@ -590,6 +599,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lag", type=float, default=0.0, help="s before effects are visible")
     parser.add_argument("--hang", type=float, default=5.0, help="s a timeout fault holds on")
     parser.add_argument("--default-fault", default="ok", help="fault when a plan is empty")
+    parser.add_argument("--latency", type=float, default=0.0, help="s before each /v1/ reply")
     args = parser.parse_args(argv)
 
     stop = threading.Event()
@@ -601,6 +611,7 @@ def main(argv: list[str] | None = None) -> int:
         lag=args.lag,
         hang=args.hang,
         default_fault=args.default_fault,
+        latency=args.latency,
     )
     with server:
         print(server.url, flush=True)

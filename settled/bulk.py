@@ -1,0 +1,383 @@
+"""Bulk dispatch: many actions of one operation, from JSON lines, in groups.
+
+Each group's records and claims are committed in ONE durable transaction before any
+request of the group leaves (``Ledger.record_and_claim_many``); the requests then go
+out from a pool of threads, each action within its own lease and the operation's one
+retry budget (``Dispatcher._attempt``, the same tries as a single dispatch); their
+outcomes are committed in groups too, and each action is reported only after the
+commit that made its outcome durable. All writes happen on the thread that iterates
+``run``; the pool threads only talk to the provider.
+
+What a crash leaves: at most the claimed, unsettled actions of the groups in hand,
+``IN_FLIGHT`` with their leases. Each lapses and is reconciled like any lost
+dispatcher's, never re-sent; running the same file again reports them and sends
+only the lines that were never claimed.
+
+A claimed action may wait in the pool's queue before its first try, so its lease
+also covers that wait (one request budget per round of the pool ahead of it): the
+request still never starts after the lease, and the lease's end is still the last
+moment it can land.
+
+Lines are independent: a bad line is reported with its number and nothing is
+recorded for it; an id that already holds the same action is reported and not sent;
+an id that holds another action is a conflict for that line; the others go on.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import IO, TYPE_CHECKING, Any
+
+from . import policy
+from .dispatch import EXISTS, Outcome, Report, _as_found, check_params_json
+from .errors import Conflict, InvalidInput, LedgerError
+from .model import ActionRecord, Declared
+from .storage import Move, Selection
+from .storage.base import same_action
+from .throttle import Gate
+
+if TYPE_CHECKING:
+    from .dispatch import Attempt, Dispatcher
+
+DEFAULT_GROUP = 64  # actions per claim transaction (see docs/performance.md)
+DEFAULT_FLUSH_AFTER = 0.2  # s an outcome may wait for its group's commit
+MAX_LINE = 1024 * 1024  # bytes in one input line; a longer one is a bad line, never read whole
+MAX_ID = 200
+
+
+@dataclass(frozen=True)
+class Line:
+    """One input line: an action, or (``problem``) why it is not one."""
+
+    number: int
+    action_id: str | None = None
+    params: Any = None
+    problem: str = ""
+
+
+@dataclass
+class Settled:
+    """What became of one line. ``report`` is None when nothing was sent for it: a
+    bad line (``problem``) or a conflict (``conflict``)."""
+
+    line: int
+    action_id: str | None
+    report: Report | None = None
+    problem: str = ""
+    conflict: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        if self.report is not None:
+            data = self.report.to_json()
+        else:
+            outcome = "conflict" if self.conflict else "invalid"
+            data = {"action_id": self.action_id, "outcome": outcome, "result": None,
+                    "message": self.problem}  # fmt: skip
+        return {"line": self.line, **data}
+
+
+def id_problem(action_id: object) -> str:
+    """Why ``action_id`` cannot name an action ("" when it can)."""
+    if not isinstance(action_id, str):
+        return "action_id must be a string"
+    if not action_id or len(action_id) > MAX_ID or not action_id.isprintable():
+        return f"action_id must be 1-{MAX_ID} printable characters"
+    if action_id != action_id.strip():
+        return "action_id must not start or end with spaces"
+    return ""
+
+
+def read_lines(stream: IO[bytes]) -> Iterator[Line]:
+    """Parse JSON lines ``{"action_id": ..., "params": {...}}`` one at a time (never the
+    whole input). Blank lines are skipped; every other line yields a ``Line``."""
+    number = 0
+    while True:
+        raw = stream.readline(MAX_LINE + 1)
+        if not raw:
+            return
+        number += 1
+        if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
+            while raw and not raw.endswith(b"\n"):  # skip the rest of it, a chunk at a time
+                raw = stream.readline(MAX_LINE)
+            yield Line(number, problem=f"line longer than {MAX_LINE} bytes")
+            continue
+        if not raw.strip():
+            continue
+        try:
+            value = json.loads(raw)
+        except UnicodeDecodeError:
+            yield Line(number, problem="not UTF-8 text")
+            continue
+        except ValueError as exc:
+            yield Line(number, problem=f"not valid JSON ({exc})")
+            continue
+        except RecursionError:
+            yield Line(number, problem="nested too deeply")
+            continue
+        yield _line(number, value, check_params_json)
+
+
+def _line(number: int, value: Any, check: Callable[[Any], str]) -> Line:
+    if not isinstance(value, dict):
+        return Line(number, problem=f"must be a JSON object, got {type(value).__name__}")
+    extra = sorted(set(value) - {"action_id", "params"})
+    if extra:
+        return Line(number, problem=f"unknown key {extra[0]!r} (a line has action_id and params)")
+    aid = value.get("action_id")
+    if aid is None:
+        return Line(number, problem="action_id is required (a rerun must not send twice)")
+    problem = id_problem(aid)
+    if problem:
+        return Line(number, problem=problem)
+    params = value.get("params", {})
+    if not isinstance(params, dict):
+        return Line(
+            number, aid, problem=f"params must be a JSON object, got {type(params).__name__}"
+        )
+    try:
+        check(params)
+    except InvalidInput as exc:
+        return Line(number, aid, problem=str(exc))
+    return Line(number, aid, params)
+
+
+@dataclass
+class _Claimed:
+    line: int
+    record: ActionRecord
+    taken: policy.Claim
+    first: bool  # the first request of its group
+
+
+@dataclass
+class _Done:
+    item: _Claimed
+    attempt: Attempt | None = None
+    move: Move | None = None
+    error: BaseException | None = None
+    at: float = field(default_factory=time.monotonic)
+
+
+class BulkDispatch:
+    """One bulk run of ``provider.operation`` through ``dispatcher``."""
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        provider: str,
+        operation: str,
+        *,
+        concurrency: int = 1,
+        group: int = DEFAULT_GROUP,
+        gate: Gate | None = None,
+        flush_after: float = DEFAULT_FLUSH_AFTER,
+    ) -> None:
+        if concurrency < 1 or group < 1:
+            raise InvalidInput("concurrency and group size must be at least 1")
+        self.d = dispatcher
+        self.provider_name = provider
+        self.operation = operation
+        self.concurrency = concurrency
+        self.group = group
+        self.gate = gate if gate is not None else Gate(concurrency)
+        self.flush_after = flush_after
+        spec = dispatcher.registry.operation(provider, operation)  # UnknownProvider: nothing done
+        self.declared = Declared.of(spec)
+        self.provider = dispatcher.registry.provider(provider)
+        self._budget = policy.request_budget(self.declared, dispatcher.settings.backoff)
+        self._done: queue.SimpleQueue[_Done] = queue.SimpleQueue()
+        self._inflight = 0
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, lines: Iterable[Line]) -> Iterator[Settled]:
+        """Dispatch every line; yield each line's result once it is durable."""
+        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="settled-send")
+        source = iter(lines)
+        finished: list[_Done] = []
+        exhausted = False
+        failure: BaseException | None = None
+        try:
+            while True:
+                if not exhausted and failure is None and self._inflight <= self.concurrency:
+                    wait = self.gate.closed_for()
+                    if wait <= 0:
+                        batch = list(islice(source, self.group))
+                        if not batch:
+                            exhausted = True
+                        else:
+                            yield from self._claim(batch, pool)
+                        continue
+                    if self._inflight == 0 and not finished:
+                        time.sleep(min(wait, 1.0))  # the provider asked for a pause
+                        continue
+                if self._inflight == 0 and not finished:
+                    break
+                got = self._next(finished)
+                if got is not None:
+                    if got.error is not None:
+                        failure = failure or got.error
+                    else:
+                        finished.append(got)
+                if finished and (
+                    len(finished) >= self.group
+                    or self._inflight == 0
+                    or time.monotonic() - finished[0].at >= self.flush_after
+                ):
+                    batch_done, finished = finished, []
+                    yield from self._commit(batch_done)
+        finally:
+            # Abandoned or failed: the requests already out still get their outcomes.
+            while self._inflight:
+                got = self._done.get()
+                self._inflight -= 1
+                if got.error is None:
+                    finished.append(got)
+            if finished:
+                for _ in self._commit(finished):
+                    pass
+            pool.shutdown(wait=True)
+        if failure is not None:
+            raise failure
+
+    def _next(self, finished: list[_Done]) -> _Done | None:
+        """The next finished send, waiting at most until the oldest outcome is due."""
+        if not self._inflight:
+            return None
+        timeout = None
+        if finished:
+            timeout = max(0.0, finished[0].at + self.flush_after - time.monotonic())
+        try:
+            got = self._done.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        self._inflight -= 1
+        return got
+
+    # ------------------------------------------------------------------ claiming
+    def _claim(self, batch: list[Line], pool: ThreadPoolExecutor) -> Iterator[Settled]:
+        d = self.d
+        pairs: list[tuple[ActionRecord, policy.Claim]] = []
+        lines: list[int] = []
+        now = d.clock.now()
+        for line in batch:
+            if line.problem or line.action_id is None:
+                yield Settled(line.number, line.action_id, problem=line.problem or "no action_id")
+                continue
+            try:
+                d.registry.check_params(self.provider_name, self.operation, line.params)
+            except InvalidInput as exc:
+                yield Settled(line.number, line.action_id, problem=str(exc))
+                continue
+            rec = policy.new_record(
+                action_id=line.action_id, provider=self.provider_name, operation=self.operation,
+                params=line.params, declared=self.declared, now=now,
+            )  # fmt: skip
+            snapshot = None
+            if self.declared.snapshots:
+                # A snapshot is a query: never spend one on an id that already exists.
+                if d.ledger.find(rec.action_id) is None:
+                    snapshot = self.provider.snapshot(rec.operation, rec.params)
+            # The request may wait in the pool's queue: its lease covers that too.
+            rounds = (self._inflight + len(pairs)) // self.concurrency
+            taken = policy.claim(
+                rec, self.declared, now, actor=d.actor,
+                grace=d.settings.lease_grace + rounds * self._budget,
+                default_backoff=d.settings.backoff, snapshot=snapshot,
+            )  # fmt: skip
+            pairs.append((rec, taken))
+            lines.append(line.number)
+        if not pairs:
+            return
+        d.probe("before_claim")
+        results = d.ledger.record_and_claim_many(
+            [(rec, taken.move) for rec, taken in pairs], actor=d.actor
+        )
+        d.probe("after_group_claim")
+        claimed: list[_Claimed] = []
+        for number, (rec, taken), (stored, created) in zip(lines, pairs, results, strict=True):
+            if created:
+                claimed.append(_Claimed(number, stored, taken, first=not claimed))
+                continue
+            try:
+                same_action(stored, rec)
+            except Conflict as exc:
+                yield Settled(number, rec.action_id, problem=str(exc), conflict=True)
+                continue
+            yield Settled(number, rec.action_id, _as_found(stored, EXISTS))
+        for item in claimed:
+            self._inflight += 1
+            if self.concurrency == 1:
+                self._work(item)  # in this thread: no hand-over cost when nothing overlaps
+            else:
+                pool.submit(self._work, item)
+
+    # ------------------------------------------------------------------ sending
+    def _work(self, item: _Claimed) -> None:
+        """One claimed action's tries (a pool thread); its outcome move, not written."""
+        try:
+            if not item.first:
+                self.d.probe("between_requests")
+            attempt = self.d._attempt(item.record, self.declared, self.provider, item.taken,
+                                      self.gate)  # fmt: skip
+            self._done.put(_Done(item, attempt, self.d._outcome_move(attempt)))
+        except BaseException as exc:  # handed to the writing thread, which raises it
+            self._done.put(_Done(item, error=exc))
+
+    # ------------------------------------------------------------------ outcomes
+    def _commit(self, done: list[_Done]) -> Iterator[Settled]:
+        """Commit a group of outcomes in one transaction; report each after it."""
+        d = self.d
+        moves = [x.move for x in done if x.move is not None]
+        try:
+            held = d.ledger.commit(moves)
+        except LedgerError as exc:
+            cause = str(exc).split("; ")[0]
+            for x in done:
+                rec = x.item.record
+                msg = (f"sent, but its outcome could not be recorded ({cause}); it stays "
+                       f"IN_FLIGHT until its lease lapses at {rec.lease_expires_at}, then "
+                       "reconciliation settles it")  # fmt: skip
+                yield Settled(
+                    x.item.line, rec.action_id, Report(Outcome.DISPATCHED, rec, None, msg)
+                )
+            return
+        d.probe("after_group_outcome")
+        ids = [x.item.record.action_id for x, ok in zip(done, held, strict=True) if ok]
+        found = {r.action_id: r for r in d.ledger.records(Selection(ids=ids))} if ids else {}
+        for x, ok in zip(done, held, strict=True):
+            assert x.attempt is not None and x.move is not None
+            written = found.get(x.item.record.action_id) if ok else None
+            yield Settled(x.item.line, x.item.record.action_id,
+                          d._finish(x.attempt, x.move, written))  # fmt: skip
+
+
+def summary(results: Iterable[Settled]) -> dict[str, int]:
+    """Lines by what became of them: a status, ``invalid`` or ``conflict``."""
+    out: dict[str, int] = {}
+    for r in results:
+        key = _key(r)
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def _key(r: Settled) -> str:
+    if r.report is not None and r.report.record is not None:
+        return str(r.report.record.status)
+    return "conflict" if r.conflict else "invalid"
+
+
+__all__ = [
+    "DEFAULT_GROUP",
+    "BulkDispatch",
+    "Line",
+    "Settled",
+    "id_problem",
+    "read_lines",
+    "summary",
+]
