@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import chain, islice
 from typing import IO, TYPE_CHECKING, Any
 
 from . import policy
@@ -193,6 +193,9 @@ class BulkDispatch:
         self._budget = policy.request_budget(self.declared, dispatcher.settings.backoff)
         self._done: queue.SimpleQueue[_Done] = queue.SimpleQueue()
         self._inflight = 0
+        # In this thread (concurrency 1) the next group waits for the last one's outcomes;
+        # with a pool, it is claimed as soon as no request waits in the pool's queue.
+        self._refill = 1 if concurrency == 1 else concurrency + 1
 
     # ------------------------------------------------------------------ the loop
     def run(self, lines: Iterable[Line]) -> Iterator[Settled]:
@@ -204,26 +207,6 @@ class BulkDispatch:
         failure: BaseException | None = None
         try:
             while True:
-                if not exhausted and failure is None and self._inflight <= self.concurrency:
-                    wait = self.gate.closed_for()
-                    if wait <= 0:
-                        batch = list(islice(source, self.group))
-                        if not batch:
-                            exhausted = True
-                        else:
-                            yield from self._claim(batch, pool)
-                        continue
-                    if self._inflight == 0 and not finished:
-                        time.sleep(min(wait, 1.0))  # the provider asked for a pause
-                        continue
-                if self._inflight == 0 and not finished:
-                    break
-                got = self._next(finished)
-                if got is not None:
-                    if got.error is not None:
-                        failure = failure or got.error
-                    else:
-                        finished.append(got)
                 if finished and (
                     len(finished) >= self.group
                     or self._inflight == 0
@@ -231,6 +214,31 @@ class BulkDispatch:
                 ):
                     batch_done, finished = finished, []
                     yield from self._commit(batch_done)
+                # The next group is claimed once the pool has no queue left to work on.
+                if not exhausted and failure is None and self._inflight < self._refill:
+                    wait = self.gate.closed_for()
+                    if wait <= 0:
+                        batch = list(islice(source, self.group))
+                        exhausted = len(batch) < self.group
+                        if batch:
+                            yield from self._claim(batch, pool)
+                        continue
+                    if self._inflight == 0:
+                        ahead = next(source, None)  # is there anything left to wait for?
+                        if ahead is None:
+                            exhausted = True
+                            continue
+                        source = chain([ahead], source)
+                        time.sleep(min(wait, 1.0))  # the provider asked for a pause
+                        continue
+                if self._inflight == 0:
+                    break
+                got = self._next(finished)
+                if got is not None:
+                    if got.error is not None:
+                        failure = failure or got.error
+                    else:
+                        finished.append(got)
         finally:
             # Abandoned or failed: the requests already out still get their outcomes.
             while self._inflight:

@@ -22,7 +22,7 @@ TOP_KEYS = {"ledger", "dispatch", "reconcile", "daemon", "providers"}
 DEFAULT_IN_FLIGHT = {"sim": 1, "http": 16, "caldav": 4}
 SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "ledger": {"path": str, "busy_timeout": (int, float)},
-    "dispatch": {"lease_grace": (int, float), "backoff": (int, float)},
+    "dispatch": {"lease_grace": (int, float), "backoff": (int, float), "group": int},
     "reconcile": {"batch": int, "lease": (int, float), "concurrency": int},
     "daemon": {"interval": (int, float)},
 }
@@ -35,6 +35,7 @@ class Config:
     busy_timeout: float | None = None
     lease_grace: float = 30.0
     backoff: float = 0.05
+    dispatch_group: int | None = None  # bulk: actions per claim transaction
     reconcile_batch: int = 200
     reconcile_lease: float = 60.0
     daemon_interval: float = 5.0
@@ -149,6 +150,8 @@ def from_dict(
     disp = data.get("dispatch", {})
     cfg.lease_grace = float(disp.get("lease_grace", cfg.lease_grace))
     cfg.backoff = float(disp.get("backoff", cfg.backoff))
+    if "group" in disp:
+        cfg.dispatch_group = int(disp["group"])
     rec = data.get("reconcile", {})
     cfg.reconcile_batch = int(rec.get("batch", cfg.reconcile_batch))
     cfg.reconcile_lease = float(rec.get("lease", cfg.reconcile_lease))

@@ -99,6 +99,7 @@ class Attempt:
     wire: WireResult | None = None
     late_send: bool = False
     lapsed: bool = False
+    held: bool = False  # a provider's Retry-After outlasted the lease: never started
 
     @property
     def verdict(self) -> Verdict:
@@ -109,6 +110,7 @@ class Attempt:
 class DispatchSettings:
     lease_grace: float = DEFAULT_LEASE_GRACE
     backoff: float = DEFAULT_BACKOFF
+    group: int | None = None  # bulk: actions per claim transaction (None: settled.bulk's)
 
 
 class Dispatcher:
@@ -181,7 +183,8 @@ class Dispatcher:
         from .bulk import DEFAULT_GROUP, BulkDispatch
 
         bulk = BulkDispatch(self, provider, operation, concurrency=concurrency,
-                            group=group or DEFAULT_GROUP, gate=gate)  # fmt: skip
+                            group=group or self.settings.group or DEFAULT_GROUP,
+                            gate=gate)  # fmt: skip
         return bulk.run(lines)
 
     def confirm(self, action_id: str) -> Report:
@@ -298,6 +301,7 @@ class Dispatcher:
                 left = self._lease_left(taken)
                 if gate is not None and left > 0:
                     left = gate.wait(left)  # a provider that asked us to wait: within the lease
+                    sent.held = left <= 0
                 if left <= 0:  # paused or slow past the lease: this try must not start
                     sent.lapsed = True
                     break
@@ -341,7 +345,12 @@ class Dispatcher:
             late_send=sent.late_send,
         )  # fmt: skip
         if never_started:
-            move = _reason(move, "never sent: the lease lapsed before the request could start")
+            why = (
+                "never sent: the provider asked for a pause (429/503 Retry-After) that outlasts "
+                "the lease" if sent.held else "never sent: the lease lapsed before the request "
+                "could start"
+            )
+            move = _reason(move, why)
         return move
 
     def _finish(self, sent: Attempt, move: Move, written: ActionRecord | None) -> Report:

@@ -82,7 +82,9 @@ class Session:
         from .dispatch import Dispatcher, DispatchSettings
 
         cfg = self.config()
-        settings = DispatchSettings(lease_grace=cfg.lease_grace, backoff=cfg.backoff)
+        settings = DispatchSettings(
+            lease_grace=cfg.lease_grace, backoff=cfg.backoff, group=cfg.dispatch_group
+        )
         return Dispatcher(
             self.ledger(), self.registry(), settings=settings, actor=actor, probe=self.probe
         )
