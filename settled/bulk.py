@@ -30,15 +30,15 @@ import queue
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain, islice
 from typing import IO, TYPE_CHECKING, Any
 
 from . import policy
 from .dispatch import EXISTS, Outcome, Report, _as_found, check_params_json
 from .errors import Conflict, InvalidInput, LedgerError
-from .model import ActionRecord, Declared
-from .storage import Move, Selection
+from .model import Acceptance, ActionRecord, Declared, Delivery, Status
+from .storage import Move
 from .storage.base import same_action
 from .throttle import Gate
 
@@ -356,13 +356,32 @@ class BulkDispatch:
                 )
             return
         d.probe("after_group_outcome")
-        ids = [x.item.record.action_id for x, ok in zip(done, held, strict=True) if ok]
-        found = {r.action_id: r for r in d.ledger.records(Selection(ids=ids))} if ids else {}
         for x, ok in zip(done, held, strict=True):
             assert x.attempt is not None and x.move is not None
-            written = found.get(x.item.record.action_id) if ok else None
+            written = moved(x.item.record, x.move) if ok else None
             yield Settled(x.item.line, x.item.record.action_id,
                           d._finish(x.attempt, x.move, written))  # fmt: skip
+
+
+_ENUMS: dict[str, Callable[[Any], Any]] = {
+    "status": Status, "delivery": Delivery, "acceptance": Acceptance,
+}  # fmt: skip
+
+
+def moved(rec: ActionRecord, move: Move) -> ActionRecord:
+    """The record as a move whose guard held left it: what the guarded UPDATE wrote
+    (its values, its status, ``updated_at``), without reading the row back."""
+    values: dict[str, Any] = {}
+    for key, raw in move.values.items():
+        if key == "snapshot" and isinstance(raw, str):
+            values[key] = json.loads(raw)
+        elif key in _ENUMS and raw is not None:
+            values[key] = _ENUMS[key](raw)
+        else:
+            values[key] = raw
+    if move.kind is not None and not move.kind.changes_nothing:
+        values["status"] = move.to
+    return replace(rec, **values, updated_at=move.at)
 
 
 def summary(results: Iterable[Settled]) -> dict[str, int]:

@@ -114,6 +114,7 @@ def test_every_line_settles_once_and_keeps_every_invariant(
     results = list(d.submit_many("sim", "book", read_lines(jsonl(*rows)), concurrency=concurrency))
     assert sorted(r.line for r in results) == list(range(1, 41))
     assert summary(results) == {"CONFIRMED": 40}
+    assert all(r.report and r.report.record == ledger.get(r.action_id or "") for r in results)
     check(ledger, sim, ids=[r["action_id"] for r in rows])
     assert all(len(sim.requests_for(r["action_id"])) == 1 for r in rows)
 
@@ -182,6 +183,7 @@ def test_results_are_reported_only_after_their_commit(registry: Registry, db_pat
                 stored = other.get(r.action_id or "")
             assert r.report is not None and r.report.record is not None
             assert stored.status is r.report.record.status is Status.AWAITING_VERIFICATION
+            assert r.report.record == stored  # what is reported is what the ledger holds
 
 
 # ------------------------------------------------------------------ provider limits

@@ -71,6 +71,11 @@ def _transport() -> httpx.BaseTransport:
 
     import httpx
 
+    # Bulk dispatch and concurrent checks share this client from many threads: keep a
+    # connection alive for each (httpx keeps 20 by default; past that, every request
+    # beyond the 20th opens a new connection).
+    LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+
     class LazyTLSTransport(httpx.BaseTransport):
         """``https://`` through a default (verifying) transport made on first use;
         ``http://`` through one whose TLS context holds no CA and is never used."""
@@ -84,12 +89,15 @@ def _transport() -> httpx.BaseTransport:
             with self._lock:
                 if scheme == "https":
                     if self._tls is None:
-                        self._tls = httpx.HTTPTransport(verify=True, trust_env=False)
+                        self._tls = httpx.HTTPTransport(
+                            verify=True, trust_env=False, limits=LIMITS
+                        )
                     return self._tls
                 if self._plain is None:
                     # Verifying and empty: were it ever used for TLS, it would refuse.
                     self._plain = httpx.HTTPTransport(
-                        verify=ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), trust_env=False
+                        verify=ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), trust_env=False,
+                        limits=LIMITS,
                     )
                 return self._plain
 
