@@ -233,8 +233,7 @@ class BulkDispatch:
                         continue
                 if self._inflight == 0:
                     break
-                got = self._next(finished)
-                if got is not None:
+                for got in self._next(finished):
                     if got.error is not None:
                         failure = failure or got.error
                     else:
@@ -253,18 +252,20 @@ class BulkDispatch:
         if failure is not None:
             raise failure
 
-    def _next(self, finished: list[_Done]) -> _Done | None:
-        """The next finished send, waiting at most until the oldest outcome is due."""
-        if not self._inflight:
-            return None
+    def _next(self, finished: list[_Done]) -> list[_Done]:
+        """Every finished send there is, waiting for one at most until the oldest
+        outcome in hand is due for its commit."""
+        got: list[_Done] = []
         timeout = None
         if finished:
             timeout = max(0.0, finished[0].at + self.flush_after - time.monotonic())
-        try:
-            got = self._done.get(timeout=timeout)
-        except queue.Empty:
-            return None
-        self._inflight -= 1
+        while self._inflight:
+            try:
+                one = self._done.get(timeout=timeout) if not got else self._done.get_nowait()
+            except queue.Empty:
+                break
+            self._inflight -= 1
+            got.append(one)
         return got
 
     # ------------------------------------------------------------------ claiming
