@@ -444,3 +444,22 @@ def test_reconcile_due_with_concurrency(sim: SimServer, sim_config: Path) -> Non
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["counts"] == {"CONFIRMED": 6}
     assert run_cli("reconcile", "a0", "--concurrency", "2").returncode == 2
+
+
+def test_daemon_once_with_concurrency_settles_what_is_due(sim: SimServer, sim_config: Path) -> None:
+    src = "".join(json.dumps(x) + "\n" for x in lines(5))
+    assert run_cli("dispatch", "sim", "send", "--from", "-", input=src).returncode == 3
+    done = run_cli("daemon", "--once", "--concurrency", "3")
+    assert done.returncode == 0, done.stderr
+    shown = [json.loads(run_cli("show", f"a{i}", "--json").stdout)["status"] for i in range(5)]
+    assert shown == ["CONFIRMED"] * 5
+
+
+def test_bad_concurrency_and_group_settings_are_config_errors(tmp_path: Path) -> None:
+    from settled.config import load
+    from settled.errors import ConfigError
+
+    for section in ({"reconcile": {"concurrency": 0}}, {"dispatch": {"group": 0}}):
+        path = write_config(tmp_path / "c.toml", {}, **section)
+        with pytest.raises(ConfigError, match="whole number"):
+            load(str(path))
