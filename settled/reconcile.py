@@ -211,33 +211,43 @@ class Reconciler:
         self._specs.clear()  # looked up once per operation and pass
         group = _Group(self.ledger, self.flush_after)
         cutoff = to_text(self.clock.now())
+        taken = 0
+
+        def lease_next() -> tuple[list[ActionRecord], str] | None:
+            """Lease the next batch (committing the results in hand with it)."""
+            nonlocal taken
+            if limit is not None and taken >= limit:
+                return None
+            if self.stop_requested():
+                report.stopped = True
+                return None
+            size = self.batch if limit is None else min(self.batch, limit - taken)
+            now = self.clock.now()
+            owner = "r-" + uuid.uuid4().hex
+            pending, after = group.take()  # the previous batch's results: one commit for both
+            batch = self.ledger.lease_due(
+                now=now, cutoff=cutoff, size=size, owner=owner,
+                until=to_text(plus(now, self.lease)), expire=self._expire_at(now),
+                pending=pending,
+            )  # fmt: skip
+            for held, tell in zip(batch.committed, after, strict=True):
+                tell(held)
+            for rec, m in batch.expired:
+                report.examined += 1
+                self._note_move(report, m, True, rec=rec)
+            taken += len(batch.expired) + len(batch.leased)
+            if not batch.selected:
+                return None
+            return batch.leased, owner
+
         try:
-            while limit is None or report.examined < limit:
-                if self.stop_requested():
-                    report.stopped = True
-                    break
-                size = self.batch if limit is None else min(self.batch, limit - report.examined)
-                now = self.clock.now()
-                owner = "r-" + uuid.uuid4().hex
-                pending, after = group.take()  # the previous batch's results: one commit for both
-                batch = self.ledger.lease_due(
-                    now=now, cutoff=cutoff, size=size, owner=owner,
-                    until=to_text(plus(now, self.lease)), expire=self._expire_at(now),
-                    pending=pending,
-                )  # fmt: skip
-                for held, tell in zip(batch.committed, after, strict=True):
-                    tell(held)
-                for rec, m in batch.expired:
-                    report.examined += 1
-                    self._note_move(report, m, True, rec=rec)
-                if not batch.selected:
-                    break
-                if self.concurrency > 1:
-                    self._check_concurrently(batch.leased, owner, report, group)
-                else:
-                    self._check_in_turn(batch.leased, owner, report, group)
-                if report.stopped:
-                    break
+            if self.concurrency > 1:
+                self._check_concurrently(lease_next, report, group)
+            else:
+                while (leased := lease_next()) is not None:
+                    self._check_in_turn(*leased, report, group)
+                    if report.stopped:
+                        break
         finally:
             group.flush()
         return report
@@ -255,17 +265,25 @@ class Reconciler:
             report.examined += 1
             self._check(rec, owner, report, group)
 
-    def _check_concurrently(self, leased: list[ActionRecord], owner: str, report: PassReport,
-                            group: _Group) -> None:  # fmt: skip
-        """The batch's queries from ``concurrency`` threads, at most a provider's
+    def _check_concurrently(
+        self,
+        lease_next: Callable[[], tuple[list[ActionRecord], str] | None],
+        report: PassReport,
+        group: _Group,
+    ) -> None:
+        """The pass's queries from ``concurrency`` threads, at most a provider's
         ``max_in_flight`` at once to it; deciding and writing stay on this thread, in
-        the same group commit as a pass in turn."""
+        the same group commits as a pass in turn. The next batch is leased as soon as
+        the last one has no row left to start, so the threads are not left idle while
+        a batch's slowest queries finish."""
         done: queue.SimpleQueue[tuple[_Job, Observation | BaseException | None]] = (
             queue.SimpleQueue()
         )
-        backlog: dict[str, deque[_Job]] = {}
+        rows: deque[tuple[ActionRecord, str]] = deque()  # leased, not yet looked at
+        backlog: dict[str, deque[_Job]] = {}  # waiting for a provider's free slot
         running: dict[str, int] = {}
         total = 0
+        exhausted = False
         failure: BaseException | None = None
 
         def run(job: _Job) -> None:
@@ -274,30 +292,45 @@ class Reconciler:
             except BaseException as exc:  # handed to this thread, which raises it
                 done.put((job, exc))
 
+        # A query waits in the pool's queue while this thread leases the next batch or
+        # writes a group: twice as many started as there are threads keeps them busy.
+        # A provider's limit counts queries started, so it never has more in flight.
+        ahead = 2 * self.concurrency
+
+        def free(provider: str) -> bool:
+            cap = self.gates.limit(provider) or ahead
+            return total < ahead and running.get(provider, 0) < cap
+
         def start(pool: ThreadPoolExecutor, job: _Job) -> None:
             nonlocal total
             running[job.rec.provider] = running.get(job.rec.provider, 0) + 1
             total += 1
             pool.submit(run, job)
 
-        def free(provider: str) -> bool:
-            cap = self.gates.limit(provider) or self.concurrency
-            return total < self.concurrency and running.get(provider, 0) < cap
-
-        def feed(pool: ThreadPoolExecutor) -> None:
-            for provider, waiting in backlog.items():
-                while waiting and free(provider):
-                    start(pool, waiting.popleft())
-
-        i = 0
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="settled-check") as pool:
             while True:
-                while i < len(leased) and total < self.concurrency and failure is None:
+                for waiting in backlog.values():
+                    while (
+                        waiting
+                        and free(waiting[0].rec.provider)
+                        and failure is None
+                        and not report.stopped
+                    ):
+                        start(pool, waiting.popleft())
+                while total < ahead and failure is None and not report.stopped:
+                    if len(rows) < self.concurrency and not exhausted and not any(backlog.values()):
+                        leased = lease_next()
+                        if leased is None:
+                            exhausted = True
+                        else:
+                            rows.extend((rec, leased[1]) for rec in leased[0])
+                        continue
+                    if not rows:
+                        break
                     if self.stop_requested():
                         report.stopped = True
                         break
-                    rec = leased[i]
-                    i += 1
+                    rec, owner = rows.popleft()
                     report.examined += 1
                     job = self._prepare(rec, owner, report, group)
                     if job is None:
@@ -306,7 +339,7 @@ class Reconciler:
                         start(pool, job)
                     else:
                         backlog.setdefault(rec.provider, deque()).append(job)
-                if total == 0 and (report.stopped or failure is not None or i >= len(leased)):
+                if total == 0:
                     break
                 timeout = group.due_in() if group.moves else None
                 try:
@@ -320,15 +353,18 @@ class Reconciler:
                     failure = failure or obs
                 else:
                     self._conclude(job, obs, report, group)
-                if not report.stopped and failure is None:
-                    feed(pool)
                 if group.stale():
                     group.flush()
-        rest = [job.rec for waiting in backlog.values() for job in waiting] + leased[i:]
-        if rest and (report.stopped or failure is not None):
-            report.examined -= sum(len(waiting) for waiting in backlog.values())
+        rest = [(job.rec, job.owner) for waiting in backlog.values() for job in waiting]
+        report.examined -= len(rest)
+        rest += list(rows)
+        if rest:  # stopped, or a query failed: unchecked, due again at once
             group.flush()
-            self.ledger.hand_back(rest, owner=owner)
+            owners: dict[str, list[ActionRecord]] = {}
+            for rec, owner in rest:
+                owners.setdefault(owner, []).append(rec)
+            for owner, recs in owners.items():
+                self.ledger.hand_back(recs, owner=owner)
         if failure is not None:
             raise failure
 
