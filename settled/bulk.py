@@ -29,13 +29,13 @@ import json
 import queue
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from itertools import chain, islice
 from typing import IO, TYPE_CHECKING, Any
 
 from . import policy
-from .dispatch import EXISTS, Outcome, Report, _as_found, check_params_json
+from .dispatch import EXISTS, Attempt, Outcome, Report, _as_found, _reason, check_params_json
 from .errors import Conflict, InvalidInput, LedgerError
 from .model import Acceptance, ActionRecord, Declared, Delivery, Status
 from .storage import Move
@@ -43,7 +43,7 @@ from .storage.base import same_action
 from .throttle import Gate
 
 if TYPE_CHECKING:
-    from .dispatch import Attempt, Dispatcher
+    from .dispatch import Dispatcher
 
 DEFAULT_GROUP = 64  # actions per claim transaction (see docs/performance.md)
 DEFAULT_FLUSH_AFTER = 0.2  # s an outcome may wait for its group's commit
@@ -193,6 +193,8 @@ class BulkDispatch:
         self._budget = policy.request_budget(self.declared, dispatcher.settings.backoff)
         self._done: queue.SimpleQueue[_Done] = queue.SimpleQueue()
         self._inflight = 0
+        self._queued: list[tuple[_Claimed, Future[None]]] = []  # handed to the pool
+        self._stopping = False
         # In this thread (concurrency 1) the next group waits for the last one's outcomes;
         # with a pool, it is claimed as soon as no request waits in the pool's queue.
         self._refill = 1 if concurrency == 1 else concurrency + 1
@@ -204,6 +206,7 @@ class BulkDispatch:
         source = iter(lines)
         finished: list[_Done] = []
         exhausted = False
+        completed = False
         failure: BaseException | None = None
         try:
             while True:
@@ -215,7 +218,12 @@ class BulkDispatch:
                     batch_done, finished = finished, []
                     yield from self._commit(batch_done)
                 # The next group is claimed once the pool has no queue left to work on.
-                if not exhausted and failure is None and self._inflight < self._refill:
+                if (
+                    not exhausted
+                    and failure is None
+                    and not self._stopping
+                    and self._inflight < self._refill
+                ):
                     wait = self.gate.closed_for()
                     if wait <= 0:
                         batch = list(islice(source, self.group))
@@ -238,8 +246,14 @@ class BulkDispatch:
                         failure = failure or got.error
                     else:
                         finished.append(got)
+            completed = True
         finally:
-            # Abandoned or failed: the requests already out still get their outcomes.
+            if not completed:  # abandoned, interrupted or failed: start nothing more
+                self._stopping = True
+                for item, future in self._queued:
+                    if future.cancel():  # never started: provably never sent
+                        self._unsent(item)
+            # The requests already out still get their outcomes.
             while self._inflight:
                 got = self._done.get()
                 self._inflight -= 1
@@ -319,12 +333,15 @@ class BulkDispatch:
                 yield Settled(number, rec.action_id, problem=str(exc), conflict=True)
                 continue
             yield Settled(number, rec.action_id, _as_found(stored, EXISTS))
+        self._queued = [x for x in self._queued if not x[1].done()]
         for item in claimed:
             self._inflight += 1
-            if self.concurrency == 1:
+            if self._stopping:
+                self._unsent(item)
+            elif self.concurrency == 1:
                 self._work(item)  # in this thread: no hand-over cost when nothing overlaps
             else:
-                pool.submit(self._work, item)
+                self._queued.append((item, pool.submit(self._work, item)))
 
     # ------------------------------------------------------------------ sending
     def _work(self, item: _Claimed) -> None:
@@ -336,7 +353,17 @@ class BulkDispatch:
                                       self.gate)  # fmt: skip
             self._done.put(_Done(item, attempt, self.d._outcome_move(attempt)))
         except BaseException as exc:  # handed to the writing thread, which raises it
+            self._stopping = True  # what has not started yet never will
             self._done.put(_Done(item, error=exc))
+
+    def _unsent(self, item: _Claimed) -> None:
+        """A claimed action whose request never started (the run stopped first): its
+        outcome says so (``FAILED``, never sent), and ``settled retry`` may send it."""
+        why = "never sent: the bulk run stopped before this request started"
+        attempt = Attempt(item.record, self.declared, item.taken, lapsed=True)
+        move = _reason(self.d._outcome_move(attempt), why)
+        attempt.tries[-1]["detail"] = why  # the same list the outcome event carries
+        self._done.put(_Done(item, attempt, move))
 
     # ------------------------------------------------------------------ outcomes
     def _commit(self, done: list[_Done]) -> Iterator[Settled]:

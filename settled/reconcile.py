@@ -195,6 +195,7 @@ class Reconciler:
         self.concurrency = max(1, concurrency)
         self.gates = Gates(limits)
         self._specs: dict[tuple[str, str], tuple[OperationSpec | None, str]] = {}
+        self._today: dict[tuple[str, str], tuple[Declared | None, str]] = {}  # per pass
 
     # ------------------------------------------------------------ passes
     def run_due(self, limit: int | None = None) -> PassReport:
@@ -209,6 +210,7 @@ class Reconciler:
         another reconciler takes it at once."""
         report = PassReport()
         self._specs.clear()  # looked up once per operation and pass
+        self._today.clear()
         group = _Group(self.ledger, self.flush_after)
         cutoff = to_text(self.clock.now())
         taken = 0
@@ -375,6 +377,7 @@ class Reconciler:
         records = [self.ledger.get(aid) for aid in ids]
         report = PassReport()
         self._specs.clear()
+        self._today.clear()
         for rec in records:
             if self.stop_requested():
                 report.stopped = True
@@ -449,8 +452,12 @@ class Reconciler:
         """The declarations that govern ``rec`` (rule 11): stored with it, else today's."""
         if rec.declared is not None:
             return rec.declared, ""
-        spec, problem = self._spec(rec)
-        return (Declared.of(spec) if spec is not None else None), problem
+        key = (rec.provider, rec.operation)
+        found = self._today.get(key)
+        if found is None:
+            spec, problem = self._spec(rec)
+            found = self._today[key] = ((Declared.of(spec) if spec is not None else None), problem)
+        return found
 
     def _check(self, rec: ActionRecord, owner: str, report: PassReport, group: _Group) -> None:
         job = self._prepare(rec, owner, report, group)

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 
 from .clock import steady
 
@@ -27,14 +26,17 @@ class Gate:
         self._lock = threading.Lock()
         self._not_before = 0.0  # ``clock.steady()`` instant
 
-    @contextmanager
-    def slot(self) -> Iterator[None]:
-        """Hold one of the provider's in-flight slots for one request."""
-        if self._slots is None:
-            yield
-            return
-        with self._slots:
-            yield
+    def slot(self) -> Gate:
+        """Hold one of the provider's in-flight slots for one request: ``with gate.slot():``."""
+        return self
+
+    def __enter__(self) -> None:
+        if self._slots is not None:
+            self._slots.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._slots is not None:
+            self._slots.release()
 
     def hold(self, seconds: float) -> None:
         """Ask nothing of this provider for ``seconds`` from now (never shortens a hold)."""
@@ -43,8 +45,8 @@ class Gate:
 
     def closed_for(self) -> float:
         """Seconds until the provider may be asked again (0 when it may now)."""
-        with self._lock:
-            return max(0.0, self._not_before - steady())
+        until = self._not_before  # one read of a float: no lock needed to look
+        return max(0.0, until - steady()) if until else 0.0
 
     def wait(self, budget: float) -> float:
         """Wait until the provider may be asked again, if that is within ``budget``
@@ -72,6 +74,9 @@ class Gates:
         return self._limits.get(provider, self._default)
 
     def __getitem__(self, provider: str) -> Gate:
+        gate = self._gates.get(provider)
+        if gate is not None:
+            return gate
         with self._lock:
             gate = self._gates.get(provider)
             if gate is None:

@@ -463,3 +463,38 @@ def test_bad_concurrency_and_group_settings_are_config_errors(tmp_path: Path) ->
         path = write_config(tmp_path / "c.toml", {}, **section)
         with pytest.raises(ConfigError, match="whole number"):
             load(str(path))
+
+
+class Interrupted(BaseException):
+    """Ctrl-C, or anything else that stops a run (not an Exception: nothing may catch it)."""
+
+
+def test_a_stopped_run_sends_nothing_more_and_says_so(
+    sim: SimServer, registry: Registry, ledger: Ledger
+) -> None:
+    """The second send is interrupted: the first action settles, the interrupted one
+    stays IN_FLIGHT for reconciliation (its request may have left), the rest of its
+    group is FAILED as never sent, and no further group is claimed."""
+
+    def stop(n: int, request: Request) -> WireResult | None:
+        if n == 2:
+            raise Interrupted
+        return None
+
+    spy = Counting(registry.provider("sim"), stop)
+    reg = Registry({}, source="test")
+    reg.add(spy)
+    d = Dispatcher(ledger, reg, settings=DispatchSettings(group=5))
+    with pytest.raises(Interrupted):
+        list(d.submit_many("sim", "book", read_lines(jsonl(*lines(10)))))
+    status = {r.action_id: r.status for r in ledger.query()}
+    assert status == {
+        "a0": Status.CONFIRMED,
+        "a1": Status.IN_FLIGHT,
+        "a2": Status.FAILED,
+        "a3": Status.FAILED,
+        "a4": Status.FAILED,
+    }
+    assert spy.calls == 2 and sim.requests_for("a2") == []
+    assert "bulk run stopped" in (ledger.get("a3").reason or "")
+    check(ledger, sim, final=False)
