@@ -22,10 +22,10 @@ RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 # process, ledger sizes for the sweep, repeats, and cold starts per command.
 QUICK = {"ops": 200, "http": 200, "procs": 150, "sizes": [10_000, 100_000], "repeats": 3,
          "startup": 9, "bulk": 400, "latencies": [0.01], "bulk_repeats": 1,
-         "lines": (1_000, 10_000)}
+         "lines": (1_000, 5_000), "seconds_in_turn": 1.0}
 FULL = {"ops": 1000, "http": 500, "procs": 500, "sizes": [10_000, 100_000, 1_000_000],
         "repeats": 5, "startup": 21, "bulk": 2000, "latencies": [0.01, 0.05],
-        "bulk_repeats": 3, "lines": (10_000, 100_000)}
+        "bulk_repeats": 3, "lines": (10_000, 100_000), "seconds_in_turn": 2.0}
 SUITES = ("ledger", "dispatch", "http", "concurrency", "sweep", "startup", "bulk")
 
 
@@ -34,7 +34,8 @@ def _bulk(tmp: str, cfg: dict) -> list:
 
     rows = []
     for latency in cfg["latencies"]:
-        seq = max(40, min(200, round(2.0 / latency)))  # about 2 s one at a time
+        # about 1-2 s one at a time (a rate is a rate)
+        seq = max(40, min(200, round(cfg["seconds_in_turn"] / latency)))
         n = cfg["bulk"]
         rows += bulk.dispatch_rows(tmp, n, seq, cfg["bulk_repeats"], [latency])
         rows += bulk.reconcile_rows(tmp, n, seq, cfg["bulk_repeats"], [latency])
