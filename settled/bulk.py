@@ -98,13 +98,13 @@ def read_lines(stream: IO[bytes]) -> Iterator[Line]:
     whole input). Blank lines are skipped; every other line yields a ``Line``."""
     number = 0
     while True:
-        raw = stream.readline(MAX_LINE + 1)
+        raw = _read(stream, MAX_LINE + 1)
         if not raw:
             return
         number += 1
         if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
             while raw and not raw.endswith(b"\n"):  # skip the rest of it, a chunk at a time
-                raw = stream.readline(MAX_LINE)
+                raw = _read(stream, MAX_LINE)
             yield Line(number, problem=f"line longer than {MAX_LINE} bytes")
             continue
         if not raw.strip():
@@ -121,6 +121,13 @@ def read_lines(stream: IO[bytes]) -> Iterator[Line]:
             yield Line(number, problem="nested too deeply")
             continue
         yield _line(number, value, check_params_json)
+
+
+def _read(stream: IO[bytes], limit: int) -> bytes:
+    try:
+        return stream.readline(limit)
+    except OSError as exc:
+        raise InvalidInput(f"cannot read the input: {exc.strerror or exc}") from None
 
 
 def _line(number: int, value: Any, check: Callable[[Any], str]) -> Line:

@@ -20,6 +20,7 @@ TOP_KEYS = {"ledger", "dispatch", "reconcile", "daemon", "providers"}
 # ``http`` provider is a real API answering in tens to hundreds of ms (figures and
 # reasons in docs/performance.md).
 DEFAULT_IN_FLIGHT = {"sim": 1, "http": 16, "caldav": 4}
+MAX_CONCURRENCY = 100  # threads for one run's requests: the shared client keeps 100 connections
 SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "ledger": {"path": str, "busy_timeout": (int, float)},
     "dispatch": {"lease_grace": (int, float), "backoff": (int, float), "group": int},
@@ -157,6 +158,11 @@ def from_dict(
     cfg.reconcile_lease = float(rec.get("lease", cfg.reconcile_lease))
     if "concurrency" in rec:
         cfg.reconcile_concurrency = int(rec["concurrency"])
+        if cfg.reconcile_concurrency > MAX_CONCURRENCY:
+            raise ConfigError(
+                f"{cfg.where('reconcile.concurrency')} must be at most {MAX_CONCURRENCY} "
+                "(one HTTP connection per thread)"
+            )
     cfg.daemon_interval = float(data.get("daemon", {}).get("interval", cfg.daemon_interval))
     if cfg.daemon_interval <= 0:
         raise ConfigError(f"{cfg.where('daemon.interval')} must be > 0")

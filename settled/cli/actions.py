@@ -151,7 +151,7 @@ def register(app: typer.Typer) -> None:
             show_default=False,
         ),
         concurrency: int = typer.Option(
-            None, "--concurrency", min=1, show_default=False,
+            None, "--concurrency", min=1, max=100, show_default=False,
             help="With --from: requests in flight at once (default: the provider's).",
         ),
     ) -> None:

@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
         ),
         once: bool = typer.Option(False, "--once", help="Run one pass, log it, and exit."),
         concurrency: int = typer.Option(
-            None, "--concurrency", min=1, show_default=False,
+            None, "--concurrency", min=1, max=100, show_default=False,
             help="Queries in flight at once (default [reconcile] concurrency, else each "
             "provider's).",
         ),

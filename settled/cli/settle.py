@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
         ),
         as_json: bool = typer.Option(False, "--json", help="Print the pass report as JSON."),
         concurrency: int = typer.Option(
-            None, "--concurrency", min=1, show_default=False,
+            None, "--concurrency", min=1, max=100, show_default=False,
             help="With --due: queries in flight at once (default [reconcile] concurrency, "
             "else each provider's).",
         ),
