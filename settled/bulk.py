@@ -330,6 +330,7 @@ class BulkDispatch:
         )
         d.probe("after_group_claim")
         claimed: list[_Claimed] = []
+        found: list[Settled] = []  # reported once every claim is on its way
         for number, (rec, taken), (stored, created) in zip(lines, pairs, results, strict=True):
             if created:
                 claimed.append(_Claimed(number, stored, taken, first=not claimed))
@@ -337,15 +338,17 @@ class BulkDispatch:
             try:
                 same_action(stored, rec)
             except Conflict as exc:
-                yield Settled(number, rec.action_id, problem=str(exc), conflict=True)
+                found.append(Settled(number, rec.action_id, problem=str(exc), conflict=True))
                 continue
-            yield Settled(number, rec.action_id, _as_found(stored, EXISTS))
+            found.append(Settled(number, rec.action_id, _as_found(stored, EXISTS)))
+        self._send(claimed, pool)
+        yield from found
+
+    def _send(self, claimed: list[_Claimed], pool: ThreadPoolExecutor) -> None:
         self._queued = [x for x in self._queued if not x[1].done()]
         for item in claimed:
             self._inflight += 1
-            if self._stopping:
-                self._unsent(item)
-            elif self.concurrency == 1:
+            if self.concurrency == 1:
                 self._work(item)  # in this thread: no hand-over cost when nothing overlaps
             else:
                 self._queued.append((item, pool.submit(self._work, item)))
@@ -353,6 +356,9 @@ class BulkDispatch:
     # ------------------------------------------------------------------ sending
     def _work(self, item: _Claimed) -> None:
         """One claimed action's tries (a pool thread); its outcome move, not written."""
+        if self._stopping:  # the run stopped while this one waited in the pool's queue
+            self._unsent(item)
+            return
         try:
             if not item.first:
                 self.d.probe("between_requests")

@@ -498,3 +498,28 @@ def test_a_stopped_run_sends_nothing_more_and_says_so(
     assert spy.calls == 2 and sim.requests_for("a2") == []
     assert "bulk run stopped" in (ledger.get("a3").reason or "")
     check(ledger, sim, final=False)
+
+
+def test_a_stopped_pool_starts_nothing_that_waited_in_its_queue(
+    sim: SimServer, registry: Registry, ledger: Ledger
+) -> None:
+    def stop(n: int, request: Request) -> WireResult | None:
+        if n == 2:
+            raise Interrupted
+        return None
+
+    spy = Counting(registry.provider("sim"), stop)
+    reg = Registry({}, source="test")
+    reg.add(spy)
+    d = Dispatcher(ledger, reg, settings=DispatchSettings(group=6))
+    with pytest.raises(Interrupted):
+        list(d.submit_many("sim", "book", read_lines(jsonl(*lines(12))), concurrency=3))
+    recs = ledger.query()
+    assert [r.status for r in recs].count(Status.IN_FLIGHT) == 1  # the interrupted send
+    for r in recs:
+        sent = len(sim.requests_for(r.action_id))
+        if r.status is Status.FAILED:
+            assert sent == 0 and "bulk run stopped" in (r.reason or "")
+        elif r.status is Status.CONFIRMED:
+            assert sent == 1
+    check(ledger, sim, final=False)
