@@ -316,9 +316,10 @@ class Dispatcher:
             sent.verdicts.append(verdict)
             sent.tries.append(_try_detail(n, wire, verdict))
             pause = policy.backoff(declared, self.settings.backoff, n)
-            hold = policy.throttled(wire.status_code, wire.retry_after, pause)
-            if gate is not None and hold is not None:
-                gate.hold(hold)  # every request to this provider waits, not only this one
+            if gate is not None:  # every request to this provider waits, not only this one
+                hold = policy.throttled(wire.status_code, wire.retry_after, pause)
+                if hold is not None:
+                    gate.hold(hold)
             if not policy.repeats(declared, verdict) or n >= declared.attempts:
                 break
             if wire.retry_after is not None:
@@ -408,8 +409,11 @@ class Dispatcher:
         return self.ledger.get(record.action_id)
 
 
+_NO_GATE = nullcontext()  # reusable: the single path holds no provider slot
+
+
 def _slot(gate: Gate | None) -> AbstractContextManager[object]:
-    return gate.slot() if gate is not None else nullcontext()
+    return gate.slot() if gate is not None else _NO_GATE
 
 
 def _try_detail(n: int, wire: WireResult, verdict: Verdict) -> dict[str, Any]:
