@@ -20,10 +20,10 @@ def main() -> int:
     before = rss_mb_self()
     settled = 0
     with Ledger.open(path) as led:
-        rec = Reconciler(led, null_registry(), batch=batch, actor="bench-daemon")
+        reconciler = Reconciler(led, null_registry(), batch=batch, actor="bench-daemon")
         t = time.perf_counter()
         while True:  # a daemon's ticks: bounded passes until nothing is due
-            report = rec.run_due(limit=batch * 10)
+            report = reconciler.run_due(limit=batch * 10)
             settled += len(report.changes)
             if not report.examined:
                 break

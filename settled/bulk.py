@@ -196,6 +196,7 @@ class BulkDispatch:
         self.flush_after = flush_after
         spec = dispatcher.registry.operation(provider, operation)  # UnknownProvider: nothing done
         self.declared = Declared.of(spec)
+        self.needs_confirmation = bool(getattr(spec, "needs_confirmation", False))
         self.provider = dispatcher.registry.provider(provider)
         self._budget = policy.request_budget(self.declared, dispatcher.settings.backoff)
         self._done: queue.SimpleQueue[_Done] = queue.SimpleQueue()
@@ -209,6 +210,9 @@ class BulkDispatch:
     # ------------------------------------------------------------------ the loop
     def run(self, lines: Iterable[Line]) -> Iterator[Settled]:
         """Dispatch every line; yield each line's result once it is durable."""
+        if self.needs_confirmation:
+            yield from self._record_only(lines)
+            return
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="settled-send")
         source = iter(lines)
         finished: list[_Done] = []
@@ -272,6 +276,23 @@ class BulkDispatch:
             pool.shutdown(wait=True)
         if failure is not None:
             raise failure
+
+    def _record_only(self, lines: Iterable[Line]) -> Iterator[Settled]:
+        """An operation that declares it needs confirmation: each line is recorded
+        (``PENDING``), never sent, exactly as a single dispatch would record it."""
+        for line in lines:
+            if line.problem or line.action_id is None:
+                yield Settled(line.number, line.action_id, problem=line.problem or "no action_id")
+                continue
+            try:
+                report = self.d.submit(self.provider_name, self.operation, line.params,
+                                       action_id=line.action_id, needs_confirmation=True)  # fmt: skip
+            except Conflict as exc:
+                yield Settled(line.number, line.action_id, problem=str(exc), conflict=True)
+            except InvalidInput as exc:
+                yield Settled(line.number, line.action_id, problem=str(exc))
+            else:
+                yield Settled(line.number, line.action_id, report)
 
     def _next(self, finished: list[_Done]) -> list[_Done]:
         """Every finished send there is, waiting for one at most until the oldest

@@ -523,3 +523,23 @@ def test_a_stopped_pool_starts_nothing_that_waited_in_its_queue(
         elif r.status is Status.CONFIRMED:
             assert sent == 1
     check(ledger, sim, final=False)
+
+
+def test_an_operation_that_needs_confirmation_is_recorded_never_sent(
+    sim: SimServer, registry: Registry, ledger: Ledger
+) -> None:
+    from dataclasses import replace
+
+    inner = registry.provider("sim")
+
+    class Confirming(Counting):
+        def operations(self) -> Any:
+            return {k: replace(v, needs_confirmation=True) for k, v in inner.operations().items()}
+
+    reg = Registry({}, source="test")
+    reg.add(Confirming(inner))
+    d = Dispatcher(ledger, reg)
+    results = list(d.submit_many("sim", "book", read_lines(jsonl(*lines(3))), concurrency=4))
+    assert [str(r.report.outcome) for r in results if r.report] == ["recorded"] * 3
+    assert summary(results) == {"PENDING": 3}
+    assert sim.truth()["requests"] == []

@@ -141,7 +141,7 @@ def test_usage_error_is_exit_2(sim_config: Path) -> None:
         ('[providers.x]\ntype = "nope"\n', "unknown provider type 'nope'"),
         ("[providers.x\n", "invalid TOML"),
         ("[ledgr]\npath='a'\n", "unknown section"),
-        ('[dispatch]\nlease_grace = "long"\n', "dispatch.lease_grace must be a number"),
+        ('[dispatch]\nlease_grace = "long"\n', "dispatch.lease_grace: must be a number"),
         ('[providers.x]\nbase_url = "http://127.0.0.1:1"\n', "providers.x.type: missing"),
     ],
 )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from .common import STATE, console, emit_json
@@ -139,3 +141,72 @@ def render_audit(report: object) -> None:
             con.print(f"  → {s}", markup=False)
     if report.debt:
         con.print(f"\ncompletion-ownership debt: {', '.join(report.debt)}", markup=False)
+
+
+@providers_app.command("render")
+def render_cmd(
+    provider: str = typer.Argument(..., help="The provider, as named in settled.toml."),
+    operation: str = typer.Argument(..., help="The operation."),
+    params: str = typer.Option(None, "--params", help="JSON object, @FILE, or - for stdin."),
+    action_id: str = typer.Option(
+        None, "--action-id", help="The action id to show (default ACTION-ID)."
+    ),
+    key: str = typer.Option(
+        None, "--key", help="The reconciliation key to show (default stl-KEY)."
+    ),
+    object_id: str = typer.Option(
+        None, "--object-id", help="The provider object id a query by id would use."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="The request and query as one JSON object."),
+) -> None:
+    """Print the exact request an operation would send for these params (method, URL,
+    headers with secrets as ***, body) and the query that would verify it. Sends
+    nothing and records nothing."""
+    from ..errors import UsageError
+    from .actions import parse_params
+
+    values = parse_params(params)
+    prov = STATE.registry().provider(provider)
+    STATE.registry().operation(provider, operation)  # an unknown operation: exit 1, named
+    render = getattr(prov, "render", None)
+    if render is None:
+        raise UsageError(f"provider {provider!r} cannot show its requests (its type has no render)")
+    check = getattr(prov, "check_params", None)
+    if check is not None:
+        check(operation, values)
+    kwargs: dict[str, object] = {"reconciliation_key": key, "provider_object_id": object_id}
+    if action_id is not None:
+        kwargs["action_id"] = action_id
+    shown = render(operation, values, **kwargs)
+    if as_json:
+        emit_json(shown)
+        raise typer.Exit(0)
+    sys.stdout.write(render_text(shown))
+    raise typer.Exit(0)
+
+
+def render_text(shown: dict[str, object]) -> str:
+    """Plain text, one escaped line per value: data is never markup (rule 13)."""
+    from ..providers._wire import escape_controls as esc
+
+    lines = [f"{shown['provider']}.{shown['operation']} ({shown['tier']})"]
+    for part in ("request", "query"):
+        call = shown.get(part)
+        if not isinstance(call, dict):
+            if part == "query":
+                lines.append("query: none (nothing reads the effect afterwards)")
+            continue
+        lines.append(f"{part}: {esc(str(call['method']))} {esc(str(call['url']))}")
+        for name, value in call.get("headers", []):
+            lines.append(f"  {esc(str(name))}: {esc(str(value))}")
+        body = call.get("body")
+        if body is not None:
+            lines.append("  body: " + esc(str(body)))
+        if call.get("proves"):
+            lines.append("  proves: " + esc(str(call["proves"])))
+        for note in call.get("notes", []) or []:
+            lines.append("  " + esc(str(note)))
+    notes = shown.get("notes")
+    for note in notes if isinstance(notes, list) else []:
+        lines.append("note: " + esc(str(note)))
+    return "\n".join(lines) + "\n"

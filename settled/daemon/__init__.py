@@ -22,11 +22,12 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from ..clock import Clock, to_text
+from ..clock import Clock, steady, to_text
 from ..crashpoints import Probe, no_probe
 from ..errors import SettledError
 from ..ledger import Ledger
@@ -109,13 +110,13 @@ class Sweeper:
         if self._stop.is_set():
             return
         self.passes += 1
-        rec = Reconciler(
+        reconciler = Reconciler(
             self.ledger, self.registry, clock=self.clock, actor=self.name, batch=self.batch,
             lease=self.lease, on_change=self._transition, stop_requested=self._stop.is_set,
             probe=self.probe, concurrency=self.concurrency[0], limits=self.concurrency[1],
         )
         try:
-            report = rec.run_due()
+            report = reconciler.run_due()
         except SettledError as exc:
             self.emit("pass_failed", level="error", error=type(exc).__name__,
                       message=" ".join(str(exc).split()))
@@ -159,14 +160,39 @@ class Sweeper:
             next_run_time=datetime.now(UTC),
         )
         scheduler.start()
+        watch = _StepWatch()
         try:
             while not self._stop.wait(0.2):
-                pass
+                jump = watch.jumped()
+                if jump:
+                    # APScheduler 3 schedules by the wall clock: after a step back it
+                    # would sleep until the old next run; after a step forward it would
+                    # run late jobs at once. Re-anchor the job now; every decision
+                    # about records uses the ledger's steady clock anyway.
+                    self.emit("clock_step", level="warning", seconds=round(jump, 3),
+                              message="the system clock was stepped; the schedule was reset")
+                    scheduler.modify_job("reconcile-due", next_run_time=datetime.now(UTC))
         finally:
             scheduler.shutdown(wait=True)  # the pass in hand sees the stop and returns
             aps_log.removeHandler(handler)
         self.emit("stopped", passes=self.passes)
         return 0
+
+
+class _StepWatch:
+    """Notices a step of the wall clock: wall time that moved by more (or less) than
+    the steady clock did since the last look."""
+
+    TOLERANCE = 1.0  # s: more than any scheduling jitter, less than any real step
+
+    def __init__(self) -> None:
+        self.wall, self.steady = time.time(), steady()
+
+    def jumped(self) -> float:
+        wall, now = time.time(), steady()
+        jump = (wall - self.wall) - (now - self.steady)
+        self.wall, self.steady = wall, now
+        return jump if abs(jump) > self.TOLERANCE else 0.0
 
 
 __all__ = ["Sweeper", "json_lines"]
