@@ -37,6 +37,7 @@ CASES: dict[str, tuple[int, int, int]] = {
     "before_claim": (1, 0, 0),  # nothing recorded
     "before_commit:claimed": (1, 0, 0),  # the claim transaction never committed
     "after_group_claim": (1, GROUP, 0),  # claimed, nothing sent
+    "before_write": (1, GROUP, 0),  # connected, the first request not written
     "after_send": (1, GROUP, 1),  # one request written, its reply unread
     "between_requests": (1, GROUP, 1),  # one answered, the next not started
     "after_reply": (1, GROUP, 1),
