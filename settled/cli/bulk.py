@@ -70,6 +70,7 @@ def dispatch_from(provider: str, operation: str, path: str, concurrency: int | N
     from ..bulk import read_lines
     from ..errors import SettledError
     from ..throttle import Gate
+    from .render import term
 
     threads = STATE.send_concurrency(provider, concurrency)
     d = STATE.dispatcher(actor="dispatch")
@@ -94,7 +95,7 @@ def dispatch_from(provider: str, operation: str, path: str, concurrency: int | N
                     sys.stdout.flush()
                 elif r.report is None:
                     what = "conflict" if r.conflict else "bad line"
-                    err.write(f"settled: line {r.line}: {what}: {one_line(r.problem)}\n")
+                    err.write(f"settled: line {r.line}: {what}: {term(one_line(r.problem))}\n")
                 tick(lines)
         except SettledError as exc:
             err.write(f"settled: error: {one_line(str(exc))}\n")
@@ -116,15 +117,8 @@ def _summary(counts: dict[str, int], lines: int, code: int, as_json: bool) -> No
 
 @contextmanager
 def _progress() -> Iterator[Any]:
-    """A progress bar on stderr when it is a terminal; otherwise nothing."""
-    if not sys.stderr.isatty():
-        yield lambda n: None
-        return
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    """The command line's progress bar on stderr when it is a terminal; else nothing."""
+    from .progress import Progress
 
-    from .common import console
-
-    with Progress(SpinnerColumn(), TextColumn("{task.completed} settled"), TimeElapsedColumn(),
-                  console=console(stderr=True), transient=True) as bar:  # fmt: skip
-        task = bar.add_task("dispatch", total=None)
-        yield lambda n: bar.update(task, completed=n)
+    with Progress("dispatching", None) as bar:
+        yield lambda n: bar.advance()

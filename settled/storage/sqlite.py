@@ -303,6 +303,14 @@ class SqliteLedger(Ledger):
         with self._mapped("read"):
             return int(self._read_one(f"SELECT count(*) FROM actions{where}", args)[0])
 
+    def ids(self, prefix: str = "", limit: int = 200) -> list[str]:
+        rows = self._read_all(
+            "SELECT action_id FROM actions WHERE action_id >= ? AND action_id < ?"
+            " ORDER BY action_id LIMIT ?",
+            (prefix, prefix + "\U0010ffff", int(limit)),
+        )
+        return [str(r[0]) for r in rows]
+
     def names(self) -> list[tuple[str, str]]:
         rows = self._read_all("SELECT DISTINCT provider, operation FROM actions ORDER BY 1, 2")
         return [(r[0], r[1]) for r in rows]
