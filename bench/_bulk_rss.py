@@ -36,8 +36,16 @@ def main() -> int:
     from settled.cli import common
     from settled.cli import main as cli_main
 
-    common.STATE.db = db
-    common.STATE.registry().add(NullProvider())
+    built = common.STATE.registry  # the command line closes its session first: add the
+    # null provider to whatever registry it builds next
+
+    def registry() -> object:
+        reg = built()
+        if "null" not in reg.names():
+            reg.add(NullProvider())
+        return reg
+
+    common.STATE.registry = registry  # type: ignore[method-assign]
     t = time.perf_counter()
     out = _LastLine()
     code = 0
