@@ -21,10 +21,25 @@ RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 # Sizes: operations per repeat for the ledger and dispatch rows, HTTP actions, actions per
 # process, ledger sizes for the sweep, repeats, and cold starts per command.
 QUICK = {"ops": 200, "http": 200, "procs": 150, "sizes": [10_000, 100_000], "repeats": 3,
-         "startup": 9}
+         "startup": 9, "bulk": 400, "latencies": [0.01], "bulk_repeats": 1,
+         "lines": (1_000, 5_000), "seconds_in_turn": 1.0}
 FULL = {"ops": 1000, "http": 500, "procs": 500, "sizes": [10_000, 100_000, 1_000_000],
-        "repeats": 5, "startup": 21}
-SUITES = ("ledger", "dispatch", "http", "concurrency", "sweep", "startup")
+        "repeats": 5, "startup": 21, "bulk": 2000, "latencies": [0.01, 0.05],
+        "bulk_repeats": 3, "lines": (10_000, 100_000), "seconds_in_turn": 2.0}
+SUITES = ("ledger", "dispatch", "http", "concurrency", "sweep", "startup", "bulk")
+
+
+def _bulk(tmp: str, cfg: dict) -> list:
+    from . import bulk
+
+    rows = []
+    for latency in cfg["latencies"]:
+        # about 1-2 s one at a time (a rate is a rate)
+        seq = max(40, min(200, round(cfg["seconds_in_turn"] / latency)))
+        n = cfg["bulk"]
+        rows += bulk.dispatch_rows(tmp, n, seq, cfg["bulk_repeats"], [latency])
+        rows += bulk.reconcile_rows(tmp, n, seq, cfg["bulk_repeats"], [latency])
+    return rows + bulk.rss_rows(tmp, cfg["lines"])
 
 
 def run(cfg: dict, only: set[str], batch: int) -> tuple[list[Row], str]:
@@ -41,6 +56,7 @@ def run(cfg: dict, only: set[str], batch: int) -> tuple[list[Row], str]:
             ("sweep", lambda: sweep.sweeps(tmp, cfg["sizes"], max(1, cfg["repeats"] // 2),
                                            batch, cfg is QUICK)),
             ("startup", lambda: startup.cold_start(tmp, cfg["startup"])),
+            ("bulk", lambda: _bulk(tmp, cfg)),
         ]
         for name, step in steps:
             if only and name not in only:

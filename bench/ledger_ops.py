@@ -132,10 +132,11 @@ def _repeat(repeats: int, one: Callable[[int], tuple[float, float]]) -> tuple[li
 
 
 def claim_event(tmp: str, n: int, repeats: int) -> list[Row]:
-    """One guarded UPDATE + one INSERT, committed: settled's ``Ledger.transition``."""
+    """One guarded UPDATE + one INSERT, committed: settled's ``Ledger.move``."""
     from settled.clock import to_text, utcnow
     from settled.ledger import Ledger
-    from settled.model import Status
+    from settled.model import EventKind, Status
+    from settled.storage import Move
 
     bpath, spath = os.path.join(tmp, "claim-raw.db"), os.path.join(tmp, "claim-settled.db")
 
@@ -163,14 +164,14 @@ def claim_event(tmp: str, n: int, repeats: int) -> list[Row]:
                                          "detail": "{}"})
                 return
             at = to_text(utcnow())
-            led.transition(
-                aid, Status.PENDING, Status.IN_FLIGHT, actor="bench", kind="claimed", at=at,
+            led.move(Move(
+                aid, Status.PENDING, Status.IN_FLIGHT, at, "bench", EventKind.CLAIMED,
                 detail={"lease_expires_at": LEASE, "idempotency_key": aid + ":1"},
                 values={"delivery": "IN_FLIGHT", "dispatch_id": "d-" + aid,
                         "lease_owner": "d-" + aid, "lease_expires_at": LEASE,
                         "next_check_at": LEASE, "dispatched_at": at, "eligible_at": at,
                         "snapshot": None},
-            )
+            ))  # fmt: skip
 
         try:
             return interleave(n, lambda i: raw_claim(conn, bids[i]), settled_op,
@@ -201,7 +202,7 @@ def claim_event(tmp: str, n: int, repeats: int) -> list[Row]:
     remove_db(bpath)
     remove_db(spath)
     return [
-        Row("ledger", "claim + event, committed (Ledger.transition)", "txn/s", sett_v, base_v,
+        Row("ledger", "claim + event, committed (Ledger.move)", "txn/s", sett_v, base_v,
             "raw sqlite3, same SQL", note="the durable floor everything else is measured against"),
         Row("ledger", "same through sqlite-utils update + insert (not used)", "txn/s", util_v,
             base2, "raw sqlite3, same SQL",

@@ -206,14 +206,14 @@ def sweeps(tmp: str, sizes: list[int], repeats: int, batch: int, quick: bool) ->
         rows.append(Row(
             "sweep", f"settle {due:,} due rows in a {size:,}-row ledger (batch {batch})",
             "rows/s", rates["settled"], rates["raw"], f"raw sqlite3 indexed batches of {batch}",
-            target=0.5 if size == max(sizes) else None,
+            note="reference: raw takes no lease" if size == max(sizes) else "",
         ))
     big_rates = per_size[max(sizes)][0]
     rows.append(Row(
         "sweep", f"same at {max(sizes):,} rows, against raw batches that also take a lease",
         "rows/s", big_rates["settled"], big_rates["leased"],
-        "raw: lease txn, then settle txn, per batch",
-        note="the lease lets several reconcilers share a ledger without holding the lock "
+        "raw: lease txn, then settle txn, per batch", target=0.6,
+        note="the fair floor: the lease lets several reconcilers share a ledger without holding the lock "
              "across provider queries",
     ))
     small, big = min(sizes), max(sizes)

@@ -15,10 +15,17 @@ from . import checks
 from .errors import ConfigError
 
 TOP_KEYS = {"ledger", "dispatch", "reconcile", "daemon", "providers"}
+# Requests in flight at once to one provider, by provider type, unless the provider's
+# ``max_in_flight`` or a ``--concurrency`` says otherwise. The sim answers on loopback
+# in well under a millisecond: threads cost more client CPU than they save there. An
+# ``http`` provider is a real API answering in tens to hundreds of ms (figures and
+# reasons in docs/performance.md).
+DEFAULT_IN_FLIGHT = {"sim": 1, "http": 16, "caldav": 4}
+MAX_CONCURRENCY = 100  # threads for one run's requests: the shared client keeps 100 connections
 SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "ledger": {"path": str, "busy_timeout": (int, float)},
-    "dispatch": {"lease_grace": (int, float), "backoff": (int, float)},
-    "reconcile": {"batch": int, "lease": (int, float)},
+    "dispatch": {"lease_grace": (int, float), "backoff": (int, float), "group": int},
+    "reconcile": {"batch": int, "lease": (int, float), "concurrency": int},
     "daemon": {"interval": (int, float)},
 }
 
@@ -30,13 +37,36 @@ class Config:
     busy_timeout: float | None = None
     lease_grace: float = 30.0
     backoff: float = 0.05
+    dispatch_group: int | None = None  # bulk: actions per claim transaction
     reconcile_batch: int = 200
     reconcile_lease: float = 60.0
     daemon_interval: float = 5.0
+    reconcile_concurrency: int | None = None  # None: each provider type's default
     providers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    max_in_flight: dict[str, int] = field(default_factory=dict)  # provider -> requests at once
 
     def where(self, key: str) -> str:
         return f"{self.source or 'config'}: {key}"
+
+    def in_flight(self, provider: str) -> int:
+        """How many requests may be in flight to ``provider`` when nothing says more:
+        its ``max_in_flight``, else its type's default (``DEFAULT_IN_FLIGHT``)."""
+        if provider in self.max_in_flight:
+            return self.max_in_flight[provider]
+        kind = self.providers.get(provider, {}).get("type")
+        return DEFAULT_IN_FLIGHT.get(str(kind), 1)
+
+    def concurrency(self, explicit: int | None, providers: list[str]) -> tuple[int, dict[str, int]]:
+        """Threads for the requests of one run, and each provider's limit.
+
+        ``explicit`` (``--concurrency``, ``[reconcile] concurrency``) sets the threads and
+        every provider's limit, each capped by its ``max_in_flight``; without it, each
+        provider gets its default and the threads are the largest of those."""
+        if explicit is not None:
+            limits = {p: min(explicit, self.max_in_flight.get(p, explicit)) for p in providers}
+            return explicit, limits
+        limits = {p: self.in_flight(p) for p in providers}
+        return max(limits.values(), default=1), limits
 
 
 def default_config_path() -> str | None:
@@ -113,9 +143,18 @@ def from_dict(
     disp = data.get("dispatch", {})
     cfg.lease_grace = float(disp.get("lease_grace", cfg.lease_grace))
     cfg.backoff = float(disp.get("backoff", cfg.backoff))
+    if "group" in disp:
+        cfg.dispatch_group = int(disp["group"])
     rec = data.get("reconcile", {})
     cfg.reconcile_batch = int(rec.get("batch", cfg.reconcile_batch))
     cfg.reconcile_lease = float(rec.get("lease", cfg.reconcile_lease))
+    if "concurrency" in rec:
+        cfg.reconcile_concurrency = int(rec["concurrency"])
+        if cfg.reconcile_concurrency > MAX_CONCURRENCY:
+            raise ConfigError(
+                f"{cfg.where('reconcile.concurrency')} must be at most {MAX_CONCURRENCY} "
+                "(one HTTP connection per thread)"
+            )
     cfg.daemon_interval = float(data.get("daemon", {}).get("interval", cfg.daemon_interval))
     if cfg.daemon_interval <= 0:
         raise ConfigError(f"{cfg.where('daemon.interval')} must be > 0")
@@ -130,5 +169,14 @@ def from_dict(
                 f'{cfg.where("providers." + name + ".type")}: missing; set type = "http", '
                 '"caldav", "sim" or an installed plug-in\'s name'
             )
-        cfg.providers[name] = dict(conf)
+        own = dict(conf)
+        if "max_in_flight" in own:  # settled's own key: the provider type never sees it
+            limit = own.pop("max_in_flight")
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise ConfigError(
+                    f"{cfg.where('providers.' + name + '.max_in_flight')} must be a whole "
+                    f"number >= 1 (requests in flight at once), got {limit!r}"
+                )
+            cfg.max_in_flight[name] = limit
+        cfg.providers[name] = own
     return cfg

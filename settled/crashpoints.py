@@ -11,7 +11,10 @@ cannot kill a real send.
 Points: ``before_claim``, ``before_commit:claimed``, ``after_claim``, ``before_write``
 (connected, about to write the request: the last moment its lease is checked),
 ``after_send`` (request written, reply not read), ``after_reply``, ``before_commit:<event kind>``
-(e.g. ``before_commit:outcome``), ``before_check``.
+(e.g. ``before_commit:outcome``), ``before_check``. The bulk path (``settled.bulk``)
+adds ``after_group_claim`` (a group's claims committed, none of its requests sent),
+``between_requests`` (a request of the group answered, the next not yet started) and
+``after_group_outcome`` (a group's outcomes committed, none reported yet).
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ POINTS = (
     "before_commit:reconciled",
     "before_commit:lease_expired",
     "before_commit:unresolved",
+    "after_group_claim",
+    "between_requests",
+    "after_group_outcome",
 )
 
 

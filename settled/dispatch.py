@@ -16,19 +16,25 @@ and the consistency window are over.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import crashpoints, policy
-from .clock import Clock, steady
+from .clock import Clock, from_text, steady
 from .crashpoints import Probe, no_probe
 from .errors import InvalidInput, LedgerError, OutcomeNotRecorded, TransitionNotAllowed
 from .model import ActionRecord, Declared, Status
 from .policy import Verdict
 from .providers.base import Provider, Providers, WireResult
 from .storage import Ledger, Move
+from .throttle import Gate
+
+if TYPE_CHECKING:
+    from .bulk import Line, Settled
 
 DEFAULT_LEASE_GRACE = 30.0
 DEFAULT_BACKOFF = 0.05  # s before the first repeat; doubles, capped at 2 s
@@ -82,9 +88,29 @@ class Report:
 
 
 @dataclass
+class Attempt:
+    """One claimed attempt on its way: what its tries saw, for its outcome."""
+
+    claimed: ActionRecord
+    declared: Declared
+    taken: policy.Claim
+    verdicts: list[Verdict] = field(default_factory=list)
+    tries: list[dict[str, Any]] = field(default_factory=list)
+    wire: WireResult | None = None
+    late_send: bool = False
+    lapsed: bool = False
+    held: bool = False  # a provider's Retry-After outlasted the lease: never started
+
+    @property
+    def verdict(self) -> Verdict:
+        return policy.settle_verdict(self.verdicts)
+
+
+@dataclass
 class DispatchSettings:
     lease_grace: float = DEFAULT_LEASE_GRACE
     backoff: float = DEFAULT_BACKOFF
+    group: int | None = None  # bulk: actions per claim transaction (None: settled.bulk's)
 
 
 class Dispatcher:
@@ -139,6 +165,29 @@ class Dispatcher:
                 Outcome.RECORDED, record, message="recorded; run `settled confirm` to dispatch it"
             )
         return self._record_and_send(rec)
+
+    def submit_many(
+        self,
+        provider: str,
+        operation: str,
+        lines: Iterable[Line],
+        *,
+        concurrency: int = 1,
+        group: int | None = None,
+        gate: Gate | None = None,
+    ) -> Iterator[Settled]:
+        """Bulk dispatch (``settled.bulk``): record and claim ``lines`` in groups, each
+        group committed before any of its requests leaves; send them from
+        ``concurrency`` threads (at most ``gate``'s limit in flight to the provider);
+        commit their outcomes in groups. Yields one ``Settled`` per line, each after
+        the commit that made it durable. The lines are read as the work goes, never
+        all at once; an unknown provider or operation raises before anything."""
+        from .bulk import DEFAULT_GROUP, BulkDispatch
+
+        bulk = BulkDispatch(self, provider, operation, concurrency=concurrency,
+                            group=group or self.settings.group or DEFAULT_GROUP,
+                            gate=gate)  # fmt: skip
+        return bulk.run(lines)
 
     def confirm(self, action_id: str) -> Report:
         """DESIGN.md rule 8: the late-confirmation race, answered honestly."""
@@ -233,51 +282,88 @@ class Dispatcher:
         self, claimed: ActionRecord, declared: Declared, provider: Provider, taken: policy.Claim
     ) -> Report:
         """Send a claimed action within the one retry budget; write its outcome."""
-        tries: list[dict[str, Any]] = []
-        verdicts: list[Verdict] = []
-        wire: WireResult | None = None
-        late_send = False
-        lapsed = False
+        sent = self._attempt(claimed, declared, provider, taken)
+        move = self._outcome_move(sent)
+        return self._finish(sent, move, self._write_outcome(claimed, move, taken))
+
+    def _attempt(
+        self,
+        claimed: ActionRecord,
+        declared: Declared,
+        provider: Provider,
+        taken: policy.Claim,
+        gate: Gate | None = None,
+    ) -> Attempt:
+        """The tries of one claimed attempt, within its retry budget and its lease. Reads
+        and writes no ledger, so the bulk path runs it on several threads at once; a
+        ``gate`` holds the provider's limit on requests in flight and its Retry-After."""
+        sent = Attempt(claimed, declared, taken)
         for n in range(1, max(1, declared.attempts) + 1):
-            left = self._lease_left(taken)
-            if left <= 0:  # paused or slow past the lease: this try must not start
-                lapsed = True
-                break
-            send_by = steady() + left
-            with crashpoints.active(self.probe):
-                wire = provider.execute(policy.request_for(claimed, declared, send_by))
+            with _slot(gate):
+                left = self._lease_left(taken)
+                if gate is not None and left > 0:
+                    left = gate.wait(left)  # a provider that asked us to wait: within the lease
+                    sent.held = left <= 0
+                if left <= 0:  # paused or slow past the lease: this try must not start
+                    sent.lapsed = True
+                    break
+                send_by = steady() + left
+                with crashpoints.active(self.probe):
+                    wire = provider.execute(policy.request_for(claimed, declared, send_by))
             self.probe("after_reply")
+            sent.wire = wire
             if wire.written_at is not None and wire.written_at > send_by:
-                late_send = True  # written after the lease lapsed (a pause at the last moment)
+                sent.late_send = True  # written after the lease lapsed (a pause at the last moment)
             verdict = policy.classify(declared, wire)
-            verdicts.append(verdict)
-            tries.append(_try_detail(n, wire, verdict))
+            sent.verdicts.append(verdict)
+            sent.tries.append(_try_detail(n, wire, verdict))
+            pause = policy.backoff(declared, self.settings.backoff, n)
+            if gate is not None:  # every request to this provider waits, not only this one
+                hold = policy.throttled(wire.status_code, wire.retry_after, pause)
+                if hold is not None:
+                    gate.hold(hold)
             if not policy.repeats(declared, verdict) or n >= declared.attempts:
                 break
-            pause = policy.backoff(declared, self.settings.backoff, n)
             if wire.retry_after is not None:
                 pause = max(pause, wire.retry_after)
             if pause >= self._lease_left(taken):
-                tries[-1]["stopped"] = f"the next try would start after the lease ({pause:g} s pause)"
+                sent.tries[-1]["stopped"] = (
+                    f"the next try would start after the lease ({pause:g} s pause)"
+                )
                 break
             self.clock.sleep(pause)
+        return sent
 
-        verdict = policy.settle_verdict(verdicts)
-        if lapsed and not verdicts:
-            tries.append({"try": len(tries) + 1, "verdict": str(Verdict.NEVER_SENT),
-                          "detail": "not sent: the lease lapsed before the request could start"})  # fmt: skip
-            wire = None
-        done = self.clock.now()
+    def _outcome_move(self, sent: Attempt) -> Move:
+        """Where the attempt's tries put the record (``policy.outcome``)."""
+        never_started = sent.lapsed and not sent.verdicts
+        if never_started:
+            sent.tries.append({"try": len(sent.tries) + 1, "verdict": str(Verdict.NEVER_SENT),
+                               "detail": "not sent: the lease lapsed before the request could "
+                                         "start"})  # fmt: skip
+            sent.wire = None
         move = policy.outcome(
-            claimed, declared, verdict, wire, done, owner=taken.owner, actor=self.actor,
-            tries=tries, late_send=late_send,
+            sent.claimed, sent.declared, sent.verdict, sent.wire, self.clock.now(),
+            owner=sent.taken.owner, actor=self.actor, tries=sent.tries,
+            late_send=sent.late_send,
         )  # fmt: skip
-        if lapsed and not verdicts:
-            move = _reason(move, "never sent: the lease lapsed before the request could start")
-        final = self._write_outcome(claimed, move, taken)
+        if never_started:
+            why = (
+                "never sent: the provider asked for a pause (429/503 Retry-After) that outlasts "
+                "the lease" if sent.held else "never sent: the lease lapsed before the request "
+                "could start"
+            )
+            move = _reason(move, why)
+        return move
+
+    def _finish(self, sent: Attempt, move: Move, written: ActionRecord | None) -> Report:
+        """The report of an attempt whose outcome ``move`` was written (``written``), or
+        whose guard failed (None: the lease lapsed and the record moved on)."""
+        final = written
         if final is None:
-            final = self._late(claimed, move, verdict, late_send, done)
-        elif verdict is Verdict.CONFLICT and final.status is Status.AWAITING_VERIFICATION:
+            now = from_text(move.at) or self.clock.now()
+            final = self._late(sent.claimed, move, sent.verdict, sent.late_send, now)
+        elif sent.verdict is Verdict.CONFLICT and final.status is Status.AWAITING_VERIFICATION:
             final = self._verify_now(final)
         reason = str(move.detail.get("reason", ""))
         return Report(Outcome.DISPATCHED, final, RESULT_BY_STATUS.get(final.status), reason)
@@ -323,6 +409,13 @@ class Dispatcher:
         Reconciler(self.ledger, self.registry, clock=self.clock, actor=self.actor,
                    probe=self.probe).run_ids([record.action_id])  # fmt: skip
         return self.ledger.get(record.action_id)
+
+
+_NO_GATE = nullcontext()  # reusable: the single path holds no provider slot
+
+
+def _slot(gate: Gate | None) -> AbstractContextManager[object]:
+    return gate.slot() if gate is not None else _NO_GATE
 
 
 def _try_detail(n: int, wire: WireResult, verdict: Verdict) -> dict[str, Any]:

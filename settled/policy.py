@@ -94,6 +94,21 @@ def backoff(declared: Declared, default: float, n: int) -> float:
     return float(min(first * 2 ** (n - 1), MAX_BACKOFF))
 
 
+THROTTLING = (429, 503)  # replies that ask the client to slow down
+MAX_HOLD = 300.0  # s: the longest one Retry-After holds every request to its provider
+
+
+def throttled(status_code: int | None, retry_after: float | None, default: float) -> float | None:
+    """How long a reply asks us to leave its provider alone: on 429 or 503, its
+    Retry-After (at most ``MAX_HOLD``), else ``default``; None for any other reply.
+    It holds requests that have not started; it never makes a sent one repeatable."""
+    if status_code not in THROTTLING:
+        return None
+    if retry_after is None:
+        return default
+    return min(max(float(retry_after), 0.0), MAX_HOLD)
+
+
 def request_budget(declared: Declared, default_backoff: float) -> float:
     """The longest one attempt may take on the wire: every try's whole deadline and
     every pause between them."""
@@ -705,6 +720,7 @@ __all__ = [
     "resolution",
     "settle_verdict",
     "target_for",
+    "throttled",
     "unresolved",
     "verification",
     "wait_again",

@@ -26,9 +26,12 @@ this module fetches, calls and writes:
 
 from __future__ import annotations
 
+import queue
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -38,12 +41,14 @@ from .clock import Clock, from_text, plus, to_text
 from .crashpoints import Probe, no_probe
 from .errors import SettledError, UnknownProvider
 from .model import ActionRecord, Declared, Status
-from .providers.base import OperationSpec, Providers, Seen
+from .providers.base import Observation, OperationSpec, Providers, Seen
 from .storage import DUE_STATUSES, Ledger, Move
+from .throttle import Gate, Gates
 
 DEFAULT_BATCH = 200
 DEFAULT_LEASE = 60.0  # s a reconciler holds a row; at least 2 × the query timeout
 DEFAULT_FLUSH_AFTER = 0.2  # s an observed result may wait for its batch's commit
+DEFAULT_QUERY_HOLD = 1.0  # s a provider is left alone after a 429/503 without Retry-After
 
 __all__ = ["DUE_STATUSES", "Change", "PassReport", "Reconciler"]
 
@@ -120,6 +125,10 @@ class _Group:
     def stale(self) -> bool:
         return bool(self.moves) and time.monotonic() - self.since >= self.flush_after
 
+    def due_in(self) -> float:
+        """Seconds until the oldest queued result is due for its commit."""
+        return max(0.0, self.since + self.flush_after - time.monotonic())
+
     def take(self) -> tuple[list[Move], list[Callable[[bool], None]]]:
         taken = (self.moves, self.after)
         self.moves, self.after = [], []
@@ -131,13 +140,30 @@ class _Group:
             report(held)
 
 
+@dataclass
+class _Job:
+    """One leased record whose check is a query."""
+
+    rec: ActionRecord
+    declared: Declared
+    owner: str
+    gate: Gate
+
+
 class Reconciler:
     """Runs passes over due records (``run_due``) or checks given ones now (``run_ids``).
 
     ``clock`` defaults to the ledger's. ``on_change(Change)`` is called for every
     status move and ``on_check(Change)`` for every check that moved nothing, each
     after the commit that made it durable. ``stop_requested()`` is asked before each
-    record. ``probe`` is a crash-point hook for tests."""
+    record. ``probe`` is a crash-point hook for tests.
+
+    ``concurrency`` > 1 runs a batch's queries from that many threads, at most
+    ``limits[provider]`` (its ``max_in_flight``) at once to one provider; deciding and
+    writing stay on the calling thread, grouped as in a pass in turn. A provider that
+    answers a query with 429 or 503 is left alone for its Retry-After (or
+    ``DEFAULT_QUERY_HOLD``): the rows of the batch still waiting for it are put back
+    to that time, their budget unspent."""
 
     def __init__(
         self,
@@ -152,6 +178,8 @@ class Reconciler:
         stop_requested: Callable[[], bool] = lambda: False,
         flush_after: float = DEFAULT_FLUSH_AFTER,
         probe: Probe = no_probe,
+        concurrency: int = 1,
+        limits: Mapping[str, int] | None = None,
     ) -> None:
         self.ledger = ledger
         self.registry = registry
@@ -164,7 +192,10 @@ class Reconciler:
         self.stop_requested = stop_requested
         self.flush_after = flush_after
         self.probe = probe
+        self.concurrency = max(1, concurrency)
+        self.gates = Gates(limits)
         self._specs: dict[tuple[str, str], tuple[OperationSpec | None, str]] = {}
+        self._today: dict[tuple[str, str], tuple[Declared | None, str]] = {}  # per pass
 
     # ------------------------------------------------------------ passes
     def run_due(self, limit: int | None = None) -> PassReport:
@@ -179,44 +210,165 @@ class Reconciler:
         another reconciler takes it at once."""
         report = PassReport()
         self._specs.clear()  # looked up once per operation and pass
+        self._today.clear()
         group = _Group(self.ledger, self.flush_after)
         cutoff = to_text(self.clock.now())
+        taken = 0
+
+        def lease_next() -> tuple[list[ActionRecord], str] | None:
+            """Lease the next batch (committing the results in hand with it)."""
+            nonlocal taken
+            if limit is not None and taken >= limit:
+                return None
+            if self.stop_requested():
+                report.stopped = True
+                return None
+            size = self.batch if limit is None else min(self.batch, limit - taken)
+            now = self.clock.now()
+            owner = "r-" + uuid.uuid4().hex
+            pending, after = group.take()  # the previous batch's results: one commit for both
+            batch = self.ledger.lease_due(
+                now=now, cutoff=cutoff, size=size, owner=owner,
+                until=to_text(plus(now, self.lease)), expire=self._expire_at(now),
+                pending=pending,
+            )  # fmt: skip
+            for held, tell in zip(batch.committed, after, strict=True):
+                tell(held)
+            for rec, m in batch.expired:
+                report.examined += 1
+                self._note_move(report, m, True, rec=rec)
+            taken += len(batch.expired) + len(batch.leased)
+            if not batch.selected:
+                return None
+            return batch.leased, owner
+
         try:
-            while limit is None or report.examined < limit:
-                if self.stop_requested():
-                    report.stopped = True
-                    break
-                size = self.batch if limit is None else min(self.batch, limit - report.examined)
-                now = self.clock.now()
-                owner = "r-" + uuid.uuid4().hex
-                pending, after = group.take()  # the previous batch's results: one commit for both
-                batch = self.ledger.lease_due(
-                    now=now, cutoff=cutoff, size=size, owner=owner,
-                    until=to_text(plus(now, self.lease)), expire=self._expire_at(now),
-                    pending=pending,
-                )  # fmt: skip
-                for held, tell in zip(batch.committed, after, strict=True):
-                    tell(held)
-                for rec, m in batch.expired:
-                    report.examined += 1
-                    self._note_move(report, m, True, rec=rec)
-                if not batch.selected:
-                    break
-                for i, rec in enumerate(batch.leased):
-                    if self.stop_requested():
-                        report.stopped = True
-                        group.flush()
-                        self.ledger.hand_back(batch.leased[i:], owner=owner)
+            if self.concurrency > 1:
+                self._check_concurrently(lease_next, report, group)
+            else:
+                while (leased := lease_next()) is not None:
+                    self._check_in_turn(*leased, report, group)
+                    if report.stopped:
                         break
-                    if group.stale():
-                        group.flush()
-                    report.examined += 1
-                    self._check(rec, owner, report, group)
-                if report.stopped:
-                    break
         finally:
             group.flush()
         return report
+
+    def _check_in_turn(self, leased: list[ActionRecord], owner: str, report: PassReport,
+                       group: _Group) -> None:  # fmt: skip
+        for i, rec in enumerate(leased):
+            if self.stop_requested():
+                report.stopped = True
+                group.flush()
+                self.ledger.hand_back(leased[i:], owner=owner)
+                return
+            if group.stale():
+                group.flush()
+            report.examined += 1
+            self._check(rec, owner, report, group)
+
+    def _check_concurrently(
+        self,
+        lease_next: Callable[[], tuple[list[ActionRecord], str] | None],
+        report: PassReport,
+        group: _Group,
+    ) -> None:
+        """The pass's queries from ``concurrency`` threads, at most a provider's
+        ``max_in_flight`` at once to it; deciding and writing stay on this thread, in
+        the same group commits as a pass in turn. The next batch is leased as soon as
+        the last one has no row left to start, so the threads are not left idle while
+        a batch's slowest queries finish."""
+        done: queue.SimpleQueue[tuple[_Job, Observation | BaseException | None]] = (
+            queue.SimpleQueue()
+        )
+        rows: deque[tuple[ActionRecord, str]] = deque()  # leased, not yet looked at
+        backlog: dict[str, deque[_Job]] = {}  # waiting for a provider's free slot
+        running: dict[str, int] = {}
+        total = 0
+        exhausted = False
+        failure: BaseException | None = None
+
+        def run(job: _Job) -> None:
+            try:
+                done.put((job, self._query(job)))
+            except BaseException as exc:  # handed to this thread, which raises it
+                done.put((job, exc))
+
+        # A query waits in the pool's queue while this thread leases the next batch or
+        # writes a group: twice as many started as there are threads keeps them busy.
+        # A provider's limit counts queries started, so it never has more in flight.
+        ahead = 2 * self.concurrency
+
+        def free(provider: str) -> bool:
+            cap = self.gates.limit(provider) or ahead
+            return total < ahead and running.get(provider, 0) < cap
+
+        def start(pool: ThreadPoolExecutor, job: _Job) -> None:
+            nonlocal total
+            running[job.rec.provider] = running.get(job.rec.provider, 0) + 1
+            total += 1
+            pool.submit(run, job)
+
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="settled-check") as pool:
+            while True:
+                for waiting in backlog.values():
+                    while (
+                        waiting
+                        and free(waiting[0].rec.provider)
+                        and failure is None
+                        and not report.stopped
+                    ):
+                        start(pool, waiting.popleft())
+                while total < ahead and failure is None and not report.stopped:
+                    if len(rows) < self.concurrency and not exhausted and not any(backlog.values()):
+                        leased = lease_next()
+                        if leased is None:
+                            exhausted = True
+                        else:
+                            rows.extend((rec, leased[1]) for rec in leased[0])
+                        continue
+                    if not rows:
+                        break
+                    if self.stop_requested():
+                        report.stopped = True
+                        break
+                    rec, owner = rows.popleft()
+                    report.examined += 1
+                    job = self._prepare(rec, owner, report, group)
+                    if job is None:
+                        continue
+                    if free(rec.provider):
+                        start(pool, job)
+                    else:
+                        backlog.setdefault(rec.provider, deque()).append(job)
+                if total == 0:
+                    break
+                timeout = group.due_in() if group.moves else None
+                try:
+                    job, obs = done.get(timeout=timeout)
+                except queue.Empty:
+                    group.flush()
+                    continue
+                total -= 1
+                running[job.rec.provider] -= 1
+                if isinstance(obs, BaseException):
+                    failure = failure or obs
+                else:
+                    self._conclude(job, obs, report, group)
+                if group.stale():
+                    group.flush()
+        rest = [(job.rec, job.owner) for waiting in backlog.values() for job in waiting]
+        report.examined -= len(rest)
+        rest += list(rows)
+        if rest:  # stopped, or a query failed: unchecked, due again at once
+            group.flush()
+            owners: dict[str, list[ActionRecord]] = {}
+            for rec, owner in rest:
+                owners.setdefault(owner, []).append(rec)
+            for owner, recs in owners.items():
+                self.ledger.hand_back(recs, owner=owner)
+        if failure is not None:
+            raise failure
 
     def run_ids(self, action_ids: Iterable[str]) -> PassReport:
         """Check these records now, whatever their schedule. Unknown ids raise
@@ -225,6 +377,7 @@ class Reconciler:
         records = [self.ledger.get(aid) for aid in ids]
         report = PassReport()
         self._specs.clear()
+        self._today.clear()
         for rec in records:
             if self.stop_requested():
                 report.stopped = True
@@ -299,21 +452,33 @@ class Reconciler:
         """The declarations that govern ``rec`` (rule 11): stored with it, else today's."""
         if rec.declared is not None:
             return rec.declared, ""
-        spec, problem = self._spec(rec)
-        return (Declared.of(spec) if spec is not None else None), problem
+        key = (rec.provider, rec.operation)
+        found = self._today.get(key)
+        if found is None:
+            spec, problem = self._spec(rec)
+            found = self._today[key] = ((Declared.of(spec) if spec is not None else None), problem)
+        return found
 
     def _check(self, rec: ActionRecord, owner: str, report: PassReport, group: _Group) -> None:
+        job = self._prepare(rec, owner, report, group)
+        if job is not None:
+            self._conclude(job, self._query(job), report, group)
+
+    def _prepare(
+        self, rec: ActionRecord, owner: str, report: PassReport, group: _Group
+    ) -> _Job | None:
+        """Decide what checking ``rec`` takes: a query (the job), or a move queued now."""
         now = self.clock.now()
         if rec.requires_manual_verification:
             self._queue(report, group, rec, policy.needs_person(rec, now, owner=owner, actor=self.actor))
-            return
+            return None
         declared, problem = self._declared(rec)
         spec, spec_problem = self._spec(rec)
         if declared is not None and not declared.queryable:
             why = "no query can observe this effect; needs a person"
             self._queue(report, group, rec, policy.unresolved(rec, now, why, {}, owner=owner,
                                                               actor=self.actor))  # fmt: skip
-            return
+            return None
         if declared is None or spec is None or not spec.queryable:
             # The query that verifies it is not available here now (another host has the
             # provider, or the config changed): wait, without spending its budget.
@@ -324,17 +489,43 @@ class Reconciler:
             until = plus(now, self.lease)
             self._queue(report, group, rec, policy.wait_again(
                 rec, now, until, why, owner=owner, counted=False))  # fmt: skip
-            return
+            return None
+        return _Job(rec, declared, owner, self.gates[rec.provider])
+
+    def _query(self, job: _Job) -> Observation | None:
+        """The query (any thread): None when the provider asked for a pause that is
+        not over, so nothing was asked."""
+        if job.gate.closed_for() > 0:
+            return None
         self.probe("before_check")
-        obs = self.registry.provider(rec.provider).query(policy.target_for(rec))
+        with job.gate.slot():
+            obs = self.registry.provider(job.rec.provider).query(policy.target_for(job.rec))
+        code = obs.evidence.get("status_code")
+        hold = policy.throttled(code if isinstance(code, int) else None,
+                                getattr(obs, "retry_after", None), DEFAULT_QUERY_HOLD)  # fmt: skip
+        if hold is not None:
+            job.gate.hold(hold)  # every query to this provider waits, not only this row's
+        return obs
+
+    def _conclude(self, job: _Job, obs: Observation | None, report: PassReport,
+                  group: _Group) -> None:  # fmt: skip
+        """What the observation proves (``policy.weigh``, ``policy.judge``), queued for
+        the group commit (the writing thread)."""
+        rec, declared = job.rec, job.declared
         now = self.clock.now()
+        if obs is None:
+            until = plus(now, max(job.gate.closed_for(), 0.001))
+            why = f"{rec.provider} asked for a pause (429/503); checked after {to_text(until)}"
+            self._queue(report, group, rec, policy.wait_again(
+                rec, now, until, why, owner=job.owner, counted=False))  # fmt: skip
+            return
         rivals: list[str] = []
         if obs.seen is Seen.APPLIED and declared.snapshots and not declared.carries_key:
             # Attributed by snapshot diff alone: another action asking for the same
             # change could have made it, and the diff cannot tell which one did.
             rivals = self.ledger.rivals(rec)
         obs = policy.weigh(rec, declared, obs, now, rivals)
-        move = policy.judge(rec, declared, obs, now, owner=owner, actor=self.actor)
+        move = policy.judge(rec, declared, obs, now, owner=job.owner, actor=self.actor)
         self._queue(report, group, rec, move, str(obs.seen))
 
     # ------------------------------------------------------------ results

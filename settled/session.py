@@ -82,20 +82,36 @@ class Session:
         from .dispatch import Dispatcher, DispatchSettings
 
         cfg = self.config()
-        settings = DispatchSettings(lease_grace=cfg.lease_grace, backoff=cfg.backoff)
+        settings = DispatchSettings(
+            lease_grace=cfg.lease_grace, backoff=cfg.backoff, group=cfg.dispatch_group
+        )
         return Dispatcher(
             self.ledger(), self.registry(), settings=settings, actor=actor, probe=self.probe
         )
 
-    def reconciler(self, **kw: Any) -> Reconciler:
-        """The reconciler every verifying path uses, configured from settled.toml."""
+    def reconciler(self, concurrency: int | None = None, **kw: Any) -> Reconciler:
+        """The reconciler every verifying path uses, configured from settled.toml.
+        ``concurrency`` (``--concurrency``) overrides ``[reconcile] concurrency``."""
         from .reconcile import Reconciler
 
         cfg = self.config()
         kw.setdefault("batch", cfg.reconcile_batch)
         kw.setdefault("lease", cfg.reconcile_lease)
         kw.setdefault("probe", self.probe)
+        threads, limits = self.query_concurrency(concurrency)
+        kw.setdefault("concurrency", threads)
+        kw.setdefault("limits", limits)
         return Reconciler(self.ledger(), self.registry(), **kw)
+
+    def query_concurrency(self, explicit: int | None = None) -> tuple[int, dict[str, int]]:
+        """Threads for a pass's queries and each configured provider's limit."""
+        cfg = self.config()
+        chosen = explicit if explicit is not None else cfg.reconcile_concurrency
+        return cfg.concurrency(chosen, sorted(cfg.providers))
+
+    def send_concurrency(self, provider: str, explicit: int | None = None) -> int:
+        """Requests in flight at once for a bulk dispatch to ``provider``."""
+        return self.config().concurrency(explicit, [provider])[1][provider]
 
     def close(self) -> None:
         if self._registry is not None:

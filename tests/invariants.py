@@ -201,11 +201,13 @@ def settle(
     clock: Clock | None = None,
     lease: float = 5.0,
     timeout: float = 20.0,
+    concurrency: int = 1,
 ) -> int:
     """Run reconciliation passes (real time) until no record has a check scheduled.
-    Returns the number of passes. Bounded by ``timeout`` seconds."""
+    Returns the number of passes. Bounded by ``timeout`` seconds. ``concurrency`` > 1
+    runs each batch's queries from that many threads."""
     clock = clock or Clock()
-    reconciler = Reconciler(ledger, registry, clock=clock, lease=lease)
+    reconciler = Reconciler(ledger, registry, clock=clock, lease=lease, concurrency=concurrency)
     deadline = time.monotonic() + timeout
     passes = 0
     while True:

@@ -209,11 +209,17 @@ Exit codes: 0 CONFIRMED, 3 pending (accepted, not yet verified), 4 DENIED_UNRESO
 5 FAILED, 1 bad input or config, 7 conflict. Once the request has left, the exit code
 is the record's whatever happens afterwards.
 
+With --from, one action per line ({"action_id": ..., "params": {...}}), claimed in
+groups, each group committed before its requests leave; --json prints one line per
+action as it settles, then a summary. Exit 0 when every line did what was asked, else
+the highest code among the lines (docs/bulk.md).
+
 \b
 Examples:
   settled dispatch mail send --params '{"to": "a@example.com"}' --action-id order-42-mail
   settled dispatch mail send --params @message.json --action-id "release-$CI_PIPELINE_ID-mail" --wait
   settled dispatch cal book --params - --needs-confirmation --action-id b-7 < booking.json
+  settled dispatch mail send --from campaign.jsonl --concurrency 16 --json
 """
 
 CONFIRM_HELP = """Confirm a recorded action: dispatches it at most once, however many confirm.
@@ -263,7 +269,20 @@ def register(app: typer.Typer) -> None:
             60.0, "--wait-timeout", metavar="S", help="Seconds --wait may take."
         ),
         as_json: bool = typer.Option(False, "--json", help="Print the record as JSON."),
+        from_: str = typer.Option(
+            None, "--from", metavar="FILE|-", show_default=False,
+            help="Bulk: JSON lines {action_id, params} from FILE, or - for stdin.",
+        ),
+        concurrency: int = typer.Option(
+            None, "--concurrency", metavar="N", min=1, max=100, show_default=False,
+            help="With --from: requests in flight at once (default: the provider's).",
+        ),
     ) -> None:
+        if from_ is not None or concurrency is not None:
+            from .bulk import check_bulk_options, dispatch_from
+
+            check_bulk_options(from_, params, action_id, needs_confirmation, wait)
+            raise typer.Exit(dispatch_from(provider, operation, from_, concurrency, as_json))
         values = parse_params(params)
         if action_id is not None:
             check_id(action_id)

@@ -51,6 +51,11 @@ def register(app: typer.Typer) -> None:
         heartbeat: float = typer.Option(
             60.0, "--heartbeat", metavar="S", help="Seconds between heartbeat lines."
         ),
+        concurrency: int = typer.Option(
+            None, "--concurrency", metavar="N", min=1, max=100, show_default=False,
+            help="Queries in flight at once (default [reconcile] concurrency, else each "
+            "provider's).",
+        ),
     ) -> None:
         import signal
 
@@ -95,6 +100,7 @@ def register(app: typer.Typer) -> None:
             metrics_address=where,
             notifier=Notifier(),
             probe=STATE.probe,
+            concurrency=STATE.query_concurrency(concurrency),
         )
 
         def on_signal(signum: int, _frame: object) -> None:

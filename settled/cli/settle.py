@@ -109,7 +109,8 @@ def render_record(rec: Any, headline: str) -> None:
     con.print(text("  next: ", next_step(rec)))
 
 
-def _reconcile(ids: list[str], due: bool, limit: int | None, as_json: bool, log: str) -> Any:
+def _reconcile(ids: list[str], due: bool, limit: int | None, as_json: bool, log: str,
+               concurrency: int | None = None) -> Any:  # fmt: skip
     """Run the pass; stream what it does (human lines on stdout, or JSON log lines on
     stderr) as each result commits."""
     from ..daemon.log import check_failed, json_lines, transition
@@ -138,7 +139,7 @@ def _reconcile(ids: list[str], due: bool, limit: int | None, as_json: bool, log:
                 bar.line(text((ch.action_id, "bold"), f"  {ch.from_status}  (still waiting)"))
                 bar.line(text("  why:  ", one_line(ch.reason)))
 
-        r = STATE.reconciler(on_change=on_change, on_check=on_check)
+        r = STATE.reconciler(concurrency, on_change=on_change, on_check=on_check)
         report = r.run_due(limit) if due else r.run_ids(ids)
     if jlog is not None:
         from ..daemon.log import pass_line
@@ -240,6 +241,11 @@ def register(app: typer.Typer) -> None:
             help="text: lines for people; json: the daemon's JSON lines on stderr.",
         ),
         as_json: bool = typer.Option(False, "--json", help="Print the pass report as JSON."),
+        concurrency: int = typer.Option(
+            None, "--concurrency", metavar="N", min=1, max=100, show_default=False,
+            help="With --due: queries in flight at once (default [reconcile] concurrency, "
+            "else each provider's).",
+        ),
     ) -> None:
         import click
 
@@ -252,9 +258,11 @@ def register(app: typer.Typer) -> None:
             raise click.UsageError("give ACTION_IDs to check, or --due for a pass over what is due")
         if limit is not None and not due:
             raise click.UsageError("--limit applies to --due only")
+        if concurrency is not None and not due:
+            raise click.UsageError("--concurrency applies to --due only")
         if log not in ("text", "json"):
             raise click.UsageError(f"--log {log!r}: use text or json")
-        report = _reconcile(ids, due, limit, as_json, log)
+        report = _reconcile(ids, due, limit, as_json, log, concurrency)
         if as_json:
             emit_json(report.to_json())
         elif log == "text":

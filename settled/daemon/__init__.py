@@ -65,6 +65,7 @@ class Sweeper:
     lease: float = DEFAULT_LEASE
     clock: Clock | None = None  # default: the ledger's
     probe: Probe = no_probe
+    concurrency: tuple[int, dict[str, int]] = (1, {})  # threads for queries; limit per provider
     log: Log = field(default_factory=json_lines)
     name: str = field(default_factory=lambda: f"daemon:{os.getpid()}")
     heartbeat: float = DEFAULT_HEARTBEAT
@@ -160,6 +161,8 @@ class Sweeper:
             on_check=self._checked,
             stop_requested=self._stop.is_set,
             probe=self.probe,
+            concurrency=self.concurrency[0],
+            limits=self.concurrency[1],
         )
         try:
             report = reconciler.run_due()

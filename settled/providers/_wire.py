@@ -155,8 +155,8 @@ class DeadlineBackend(httpcore.NetworkBackend):
 
 
 def deadline_transport(verify: Any) -> httpx.HTTPTransport:
-    """An ``httpx.HTTPTransport`` (no proxies from the environment, HTTP/1.1, httpx's
-    default limits) whose sockets honour the total deadline of each try.
+    """An ``httpx.HTTPTransport`` (no proxies from the environment, HTTP/1.1, up to 100
+    connections, all kept alive) whose sockets honour the total deadline of each try.
 
     httpx has no public way to hand its transport a network backend, so the pool it
     builds is swapped for an equal one that has ours; ``test_http_deadline`` proves
@@ -164,7 +164,10 @@ def deadline_transport(verify: Any) -> httpx.HTTPTransport:
     transport = httpx.HTTPTransport(verify=verify, trust_env=False)
     pool = transport._pool
     if isinstance(pool, httpcore.ConnectionPool):
-        limits = httpx.Limits(max_connections=100, max_keepalive_connections=20)
+        # Bulk dispatch and concurrent checks share one client from up to 100 threads:
+        # keep a connection alive for each (httpx keeps 20; past 20 threads, requests
+        # would keep opening new connections).
+        limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
         transport._pool = httpcore.ConnectionPool(
             ssl_context=pool._ssl_context,
             max_connections=limits.max_connections,

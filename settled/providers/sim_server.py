@@ -27,7 +27,7 @@ The stored reply for a key is the operation's normal reply — what an idempoten
 keeps — even when a wire fault garbled or withheld it the first time.
 
 Latency: the server answers each operation request ``latency`` seconds after applying
-it (``SimServer(latency=…)``, ``--latency``), plus what the request asks for in an
+it (``SimServer(latency=…)``, ``--latency``; a query to ``/v1/`` waits as long), plus what the request asks for in an
 ``X-Sim-Latency`` header (seconds), plus a planned ``latency:SECONDS`` fault (which
 otherwise behaves as ``ok``). The wait happens outside the server's lock, so slow
 answers overlap as a real provider's do.
@@ -478,6 +478,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._read_body()
         path = self.path.split("?", 1)[0]
+        if path.startswith("/v1/") and self.sim.latency > 0:
+            self.sim._stopping.wait(self.sim.latency)  # a query to a far provider waits too
         if path == "/_truth":
             return self._send(_json(200, self.sim.truth()))
         if path.startswith("/v1/effects/"):

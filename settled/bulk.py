@@ -1,0 +1,472 @@
+"""Bulk dispatch: many actions of one operation, from JSON lines, in groups.
+
+Each group's records and claims are committed in ONE durable transaction before any
+request of the group leaves (``Ledger.record_and_claim_many``); the requests then go
+out from a pool of threads, each action within its own lease and the operation's one
+retry budget (``Dispatcher._attempt``, the same tries as a single dispatch); their
+outcomes are committed in groups too, and each action is reported only after the
+commit that made its outcome durable. All writes happen on the thread that iterates
+``run``; the pool threads only talk to the provider.
+
+What a crash leaves: at most the claimed, unsettled actions of the groups in hand,
+``IN_FLIGHT`` with their leases. Each lapses and is reconciled like any lost
+dispatcher's, never re-sent; running the same file again reports them and sends
+only the lines that were never claimed.
+
+A claimed action may wait in the pool's queue before its first try, so its lease
+also covers that wait (one request budget per round of the pool ahead of it): the
+request still never starts after the lease, and the lease's end is still the last
+moment it can land.
+
+Lines are independent: a bad line is reported with its number and nothing is
+recorded for it; an id that already holds the same action is reported and not sent;
+an id that holds another action is a conflict for that line; the others go on.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from itertools import chain, islice
+from typing import IO, TYPE_CHECKING, Any
+
+from . import policy
+from .dispatch import EXISTS, Attempt, Outcome, Report, _as_found, _reason, check_params_json
+from .errors import Conflict, InvalidInput, LedgerError
+from .model import Acceptance, ActionRecord, Declared, Delivery, Status
+from .storage import Move
+from .storage.base import same_action
+from .throttle import Gate
+
+if TYPE_CHECKING:
+    from .dispatch import Dispatcher
+
+DEFAULT_GROUP = 64  # actions per claim transaction (see docs/performance.md)
+DEFAULT_FLUSH_AFTER = 0.2  # s an outcome may wait for its group's commit
+MAX_LINE = 1024 * 1024  # bytes in one input line; a longer one is a bad line, never read whole
+MAX_ID = 200
+
+
+@dataclass(frozen=True)
+class Line:
+    """One input line: an action, or (``problem``) why it is not one."""
+
+    number: int
+    action_id: str | None = None
+    params: Any = None
+    problem: str = ""
+
+
+@dataclass
+class Settled:
+    """What became of one line. ``report`` is None when nothing was sent for it: a
+    bad line (``problem``) or a conflict (``conflict``)."""
+
+    line: int
+    action_id: str | None
+    report: Report | None = None
+    problem: str = ""
+    conflict: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        if self.report is not None:
+            data = self.report.to_json()
+        else:
+            outcome = "conflict" if self.conflict else "invalid"
+            data = {"action_id": self.action_id, "outcome": outcome, "result": None,
+                    "message": self.problem}  # fmt: skip
+        return {"line": self.line, **data}
+
+
+def id_problem(action_id: object) -> str:
+    """Why ``action_id`` cannot name an action ("" when it can)."""
+    if not isinstance(action_id, str):
+        return "action_id must be a string"
+    if not action_id or len(action_id) > MAX_ID or not action_id.isprintable():
+        return f"action_id must be 1-{MAX_ID} printable characters"
+    if action_id != action_id.strip():
+        return "action_id must not start or end with spaces"
+    return ""
+
+
+def read_lines(stream: IO[bytes]) -> Iterator[Line]:
+    """Parse JSON lines ``{"action_id": ..., "params": {...}}`` one at a time (never the
+    whole input). Blank lines are skipped; every other line yields a ``Line``."""
+    number = 0
+    while True:
+        raw = _read(stream, MAX_LINE + 1)
+        if not raw:
+            return
+        number += 1
+        if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
+            while raw and not raw.endswith(b"\n"):  # skip the rest of it, a chunk at a time
+                raw = _read(stream, MAX_LINE)
+            yield Line(number, problem=f"line longer than {MAX_LINE} bytes")
+            continue
+        if not raw.strip():
+            continue
+        try:
+            value = json.loads(raw)
+        except UnicodeDecodeError:
+            yield Line(number, problem="not UTF-8 text")
+            continue
+        except ValueError as exc:
+            yield Line(number, problem=f"not valid JSON ({exc})")
+            continue
+        except RecursionError:
+            yield Line(number, problem="nested too deeply")
+            continue
+        yield _line(number, value, check_params_json)
+
+
+def _read(stream: IO[bytes], limit: int) -> bytes:
+    try:
+        return stream.readline(limit)
+    except OSError as exc:
+        raise InvalidInput(f"cannot read the input: {exc.strerror or exc}") from None
+
+
+def _line(number: int, value: Any, check: Callable[[Any], str]) -> Line:
+    if not isinstance(value, dict):
+        return Line(number, problem=f"must be a JSON object, got {type(value).__name__}")
+    extra = sorted(set(value) - {"action_id", "params"})
+    if extra:
+        return Line(number, problem=f"unknown key {extra[0]!r} (a line has action_id and params)")
+    aid = value.get("action_id")
+    if aid is None:
+        return Line(number, problem="action_id is required (a rerun must not send twice)")
+    problem = id_problem(aid)
+    if problem:
+        return Line(number, problem=problem)
+    params = value.get("params", {})
+    if not isinstance(params, dict):
+        return Line(
+            number, aid, problem=f"params must be a JSON object, got {type(params).__name__}"
+        )
+    try:
+        check(params)
+    except InvalidInput as exc:
+        return Line(number, aid, problem=str(exc))
+    return Line(number, aid, params)
+
+
+@dataclass
+class _Claimed:
+    line: int
+    record: ActionRecord
+    taken: policy.Claim
+    first: bool  # the first request of its group
+
+
+@dataclass
+class _Done:
+    item: _Claimed
+    attempt: Attempt | None = None
+    move: Move | None = None
+    error: BaseException | None = None
+    at: float = field(default_factory=time.monotonic)
+
+
+class BulkDispatch:
+    """One bulk run of ``provider.operation`` through ``dispatcher``."""
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        provider: str,
+        operation: str,
+        *,
+        concurrency: int = 1,
+        group: int = DEFAULT_GROUP,
+        gate: Gate | None = None,
+        flush_after: float = DEFAULT_FLUSH_AFTER,
+    ) -> None:
+        if concurrency < 1 or group < 1:
+            raise InvalidInput("concurrency and group size must be at least 1")
+        self.d = dispatcher
+        self.provider_name = provider
+        self.operation = operation
+        self.concurrency = concurrency
+        self.group = group
+        self.gate = gate if gate is not None else Gate(concurrency)
+        self.flush_after = flush_after
+        spec = dispatcher.registry.operation(provider, operation)  # UnknownProvider: nothing done
+        self.declared = Declared.of(spec)
+        self.needs_confirmation = bool(getattr(spec, "needs_confirmation", False))
+        self.provider = dispatcher.registry.provider(provider)
+        self._budget = policy.request_budget(self.declared, dispatcher.settings.backoff)
+        self._done: queue.SimpleQueue[_Done] = queue.SimpleQueue()
+        self._inflight = 0
+        self._queued: list[tuple[_Claimed, Future[None]]] = []  # handed to the pool
+        self._stopping = False
+        # In this thread (concurrency 1) the next group waits for the last one's outcomes;
+        # with a pool, it is claimed as soon as no request waits in the pool's queue.
+        self._refill = 1 if concurrency == 1 else concurrency + 1
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, lines: Iterable[Line]) -> Iterator[Settled]:
+        """Dispatch every line; yield each line's result once it is durable."""
+        if self.needs_confirmation:
+            yield from self._record_only(lines)
+            return
+        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="settled-send")
+        source = iter(lines)
+        finished: list[_Done] = []
+        exhausted = False
+        completed = False
+        failure: BaseException | None = None
+        try:
+            while True:
+                if finished and (
+                    len(finished) >= self.group
+                    or self._inflight == 0
+                    or time.monotonic() - finished[0].at >= self.flush_after
+                ):
+                    batch_done, finished = finished, []
+                    yield from self._commit(batch_done)
+                # The next group is claimed once the pool has no queue left to work on.
+                if (
+                    not exhausted
+                    and failure is None
+                    and not self._stopping
+                    and self._inflight < self._refill
+                ):
+                    wait = self.gate.closed_for()
+                    if wait <= 0:
+                        batch = list(islice(source, self.group))
+                        exhausted = len(batch) < self.group
+                        if batch:
+                            yield from self._claim(batch, pool)
+                        continue
+                    if self._inflight == 0:
+                        ahead = next(source, None)  # is there anything left to wait for?
+                        if ahead is None:
+                            exhausted = True
+                            continue
+                        source = chain([ahead], source)
+                        time.sleep(min(wait, 1.0))  # the provider asked for a pause
+                        continue
+                if self._inflight == 0:
+                    break
+                for got in self._next(finished):
+                    if got.error is not None:
+                        failure = failure or got.error
+                    else:
+                        finished.append(got)
+            completed = True
+        finally:
+            if not completed:  # abandoned, interrupted or failed: start nothing more
+                self._stopping = True
+                for item, future in self._queued:
+                    if future.cancel():  # never started: provably never sent
+                        self._unsent(item)
+            # The requests already out still get their outcomes.
+            while self._inflight:
+                got = self._done.get()
+                self._inflight -= 1
+                if got.error is None:
+                    finished.append(got)
+            if finished:
+                for _ in self._commit(finished):
+                    pass
+            pool.shutdown(wait=True)
+        if failure is not None:
+            raise failure
+
+    def _record_only(self, lines: Iterable[Line]) -> Iterator[Settled]:
+        """An operation that declares it needs confirmation: each line is recorded
+        (``PENDING``), never sent, exactly as a single dispatch would record it."""
+        for line in lines:
+            if line.problem or line.action_id is None:
+                yield Settled(line.number, line.action_id, problem=line.problem or "no action_id")
+                continue
+            try:
+                report = self.d.submit(self.provider_name, self.operation, line.params,
+                                       action_id=line.action_id, needs_confirmation=True)  # fmt: skip
+            except Conflict as exc:
+                yield Settled(line.number, line.action_id, problem=str(exc), conflict=True)
+            except InvalidInput as exc:
+                yield Settled(line.number, line.action_id, problem=str(exc))
+            else:
+                yield Settled(line.number, line.action_id, report)
+
+    def _next(self, finished: list[_Done]) -> list[_Done]:
+        """Every finished send there is, waiting for one at most until the oldest
+        outcome in hand is due for its commit."""
+        got: list[_Done] = []
+        timeout = None
+        if finished:
+            timeout = max(0.0, finished[0].at + self.flush_after - time.monotonic())
+        while self._inflight:
+            try:
+                one = self._done.get(timeout=timeout) if not got else self._done.get_nowait()
+            except queue.Empty:
+                break
+            self._inflight -= 1
+            got.append(one)
+        return got
+
+    # ------------------------------------------------------------------ claiming
+    def _claim(self, batch: list[Line], pool: ThreadPoolExecutor) -> Iterator[Settled]:
+        d = self.d
+        pairs: list[tuple[ActionRecord, policy.Claim]] = []
+        lines: list[int] = []
+        now = d.clock.now()
+        for line in batch:
+            if line.problem or line.action_id is None:
+                yield Settled(line.number, line.action_id, problem=line.problem or "no action_id")
+                continue
+            try:
+                d.registry.check_params(self.provider_name, self.operation, line.params)
+            except InvalidInput as exc:
+                yield Settled(line.number, line.action_id, problem=str(exc))
+                continue
+            rec = policy.new_record(
+                action_id=line.action_id, provider=self.provider_name, operation=self.operation,
+                params=line.params, declared=self.declared, now=now,
+            )  # fmt: skip
+            snapshot = None
+            if self.declared.snapshots:
+                # A snapshot is a query: never spend one on an id that already exists.
+                if d.ledger.find(rec.action_id) is None:
+                    snapshot = self.provider.snapshot(rec.operation, rec.params)
+            # The request may wait in the pool's queue: its lease covers that too.
+            rounds = (self._inflight + len(pairs)) // self.concurrency
+            taken = policy.claim(
+                rec, self.declared, now, actor=d.actor,
+                grace=d.settings.lease_grace + rounds * self._budget,
+                default_backoff=d.settings.backoff, snapshot=snapshot,
+            )  # fmt: skip
+            pairs.append((rec, taken))
+            lines.append(line.number)
+        if not pairs:
+            return
+        d.probe("before_claim")
+        results = d.ledger.record_and_claim_many(
+            [(rec, taken.move) for rec, taken in pairs], actor=d.actor
+        )
+        d.probe("after_group_claim")
+        claimed: list[_Claimed] = []
+        found: list[Settled] = []  # reported once every claim is on its way
+        for number, (rec, taken), (stored, created) in zip(lines, pairs, results, strict=True):
+            if created:
+                claimed.append(_Claimed(number, stored, taken, first=not claimed))
+                continue
+            try:
+                same_action(stored, rec)
+            except Conflict as exc:
+                found.append(Settled(number, rec.action_id, problem=str(exc), conflict=True))
+                continue
+            found.append(Settled(number, rec.action_id, _as_found(stored, EXISTS)))
+        self._send(claimed, pool)
+        yield from found
+
+    def _send(self, claimed: list[_Claimed], pool: ThreadPoolExecutor) -> None:
+        self._queued = [x for x in self._queued if not x[1].done()]
+        for item in claimed:
+            self._inflight += 1
+            if self.concurrency == 1:
+                self._work(item)  # in this thread: no hand-over cost when nothing overlaps
+            else:
+                self._queued.append((item, pool.submit(self._work, item)))
+
+    # ------------------------------------------------------------------ sending
+    def _work(self, item: _Claimed) -> None:
+        """One claimed action's tries (a pool thread); its outcome move, not written."""
+        if self._stopping:  # the run stopped while this one waited in the pool's queue
+            self._unsent(item)
+            return
+        try:
+            if not item.first:
+                self.d.probe("between_requests")
+            attempt = self.d._attempt(item.record, self.declared, self.provider, item.taken,
+                                      self.gate)  # fmt: skip
+            self._done.put(_Done(item, attempt, self.d._outcome_move(attempt)))
+        except BaseException as exc:  # handed to the writing thread, which raises it
+            self._stopping = True  # what has not started yet never will
+            self._done.put(_Done(item, error=exc))
+
+    def _unsent(self, item: _Claimed) -> None:
+        """A claimed action whose request never started (the run stopped first): its
+        outcome says so (``FAILED``, never sent), and ``settled retry`` may send it."""
+        why = "never sent: the bulk run stopped before this request started"
+        attempt = Attempt(item.record, self.declared, item.taken, lapsed=True)
+        move = _reason(self.d._outcome_move(attempt), why)
+        attempt.tries[-1]["detail"] = why  # the same list the outcome event carries
+        self._done.put(_Done(item, attempt, move))
+
+    # ------------------------------------------------------------------ outcomes
+    def _commit(self, done: list[_Done]) -> Iterator[Settled]:
+        """Commit a group of outcomes in one transaction; report each after it."""
+        d = self.d
+        moves = [x.move for x in done if x.move is not None]
+        try:
+            held = d.ledger.commit(moves)
+        except LedgerError as exc:
+            cause = str(exc).split("; ")[0]
+            for x in done:
+                rec = x.item.record
+                msg = (f"sent, but its outcome could not be recorded ({cause}); it stays "
+                       f"IN_FLIGHT until its lease lapses at {rec.lease_expires_at}, then "
+                       "reconciliation settles it")  # fmt: skip
+                yield Settled(
+                    x.item.line, rec.action_id, Report(Outcome.DISPATCHED, rec, None, msg)
+                )
+            return
+        d.probe("after_group_outcome")
+        for x, ok in zip(done, held, strict=True):
+            assert x.attempt is not None and x.move is not None
+            written = moved(x.item.record, x.move) if ok else None
+            yield Settled(x.item.line, x.item.record.action_id,
+                          d._finish(x.attempt, x.move, written))  # fmt: skip
+
+
+_ENUMS: dict[str, Callable[[Any], Any]] = {
+    "status": Status, "delivery": Delivery, "acceptance": Acceptance,
+}  # fmt: skip
+
+
+def moved(rec: ActionRecord, move: Move) -> ActionRecord:
+    """The record as a move whose guard held left it: what the guarded UPDATE wrote
+    (its values, its status, ``updated_at``), without reading the row back."""
+    values: dict[str, Any] = {}
+    for key, raw in move.values.items():
+        if key == "snapshot" and isinstance(raw, str):
+            values[key] = json.loads(raw)
+        elif key in _ENUMS and raw is not None:
+            values[key] = _ENUMS[key](raw)
+        else:
+            values[key] = raw
+    if move.kind is not None and not move.kind.changes_nothing:
+        values["status"] = move.to
+    return replace(rec, **values, updated_at=move.at)
+
+
+def summary(results: Iterable[Settled]) -> dict[str, int]:
+    """Lines by what became of them: a status, ``invalid`` or ``conflict``."""
+    out: dict[str, int] = {}
+    for r in results:
+        key = _key(r)
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def _key(r: Settled) -> str:
+    if r.report is not None and r.report.record is not None:
+        return str(r.report.record.status)
+    return "conflict" if r.conflict else "invalid"
+
+
+__all__ = [
+    "DEFAULT_GROUP",
+    "BulkDispatch",
+    "Line",
+    "Settled",
+    "id_problem",
+    "read_lines",
+    "summary",
+]

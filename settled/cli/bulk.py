@@ -1,0 +1,124 @@
+"""`dispatch --from FILE|-`: many actions from JSON lines (``settled.bulk`` does the work).
+
+Machine output (``--json``) is one JSON line per action on stdout as each settles,
+then one summary line; people get the problems on stderr, a progress bar there when
+it is a terminal, and the summary by status on stdout. The exit code is 0 when every
+line did what was asked, else the highest code among the lines (DESIGN.md §2).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import IO, Any
+
+from .common import (
+    EXIT_BY_STATUS,
+    EXIT_CONFLICT,
+    EXIT_ERROR,
+    STATE,
+    exit_for,
+    one_line,
+    report_exit,
+)
+
+
+def line_exit(settled: Any) -> int:
+    """One line's exit code: a bad line 1, a conflict 7, else as a single dispatch."""
+    if settled.report is None:
+        return EXIT_CONFLICT if settled.conflict else EXIT_ERROR
+    return report_exit(settled.report)
+
+
+@contextmanager
+def _source(path: str) -> Iterator[IO[bytes]]:
+    from ..errors import InvalidInput
+
+    if path == "-":
+        yield sys.stdin.buffer
+        return
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        raise InvalidInput(f"--from {path}: file not found") from None
+    except OSError as exc:
+        raise InvalidInput(f"--from {path}: cannot read: {exc.strerror}") from None
+    try:
+        yield fh
+    finally:
+        fh.close()
+
+
+def check_bulk_options(source: str | None, params: str | None, action_id: str | None,
+                       needs_confirmation: bool, wait: bool) -> None:  # fmt: skip
+    import click
+
+    if source is None:
+        raise click.UsageError("--concurrency applies to --from only")
+    given = [name for name, on in (("--params", params is not None),
+                                   ("--action-id", action_id is not None),
+                                   ("--needs-confirmation", needs_confirmation),
+                                   ("--wait", wait)) if on]  # fmt: skip
+    if given:
+        raise click.UsageError(f"--from takes each line's action_id and params; drop {given[0]}")
+
+
+def dispatch_from(provider: str, operation: str, path: str, concurrency: int | None,
+                  as_json: bool) -> int:  # fmt: skip
+    from ..bulk import read_lines
+    from ..errors import SettledError
+    from ..throttle import Gate
+    from .render import term
+
+    threads = STATE.send_concurrency(provider, concurrency)
+    d = STATE.dispatcher(actor="dispatch")
+    counts: dict[str, int] = {}
+    code = 0
+    lines = 0
+    err = sys.stderr
+    with _source(path) as fh, _progress() as tick:
+        results = d.submit_many(provider, operation, read_lines(fh), concurrency=threads,
+                                gate=Gate(threads))  # fmt: skip
+        try:
+            for r in results:
+                lines += 1
+                code = max(code, line_exit(r))
+                key = str(r.report.record.status) if r.report and r.report.record else (
+                    "conflict" if r.conflict else "invalid")  # fmt: skip
+                counts[key] = counts.get(key, 0) + 1
+                if as_json:
+                    sys.stdout.write(
+                        json.dumps(r.to_json(), ensure_ascii=False, default=str) + "\n"
+                    )
+                    sys.stdout.flush()
+                elif r.report is None:
+                    what = "conflict" if r.conflict else "bad line"
+                    err.write(f"settled: line {r.line}: {what}: {term(one_line(r.problem))}\n")
+                tick(lines)
+        except SettledError as exc:
+            err.write(f"settled: error: {one_line(str(exc))}\n")
+            code = max(code, exit_for(exc))
+    _summary(counts, lines, code, as_json)
+    return code
+
+
+def _summary(counts: dict[str, int], lines: int, code: int, as_json: bool) -> None:
+    order = [str(s) for s in EXIT_BY_STATUS] + ["conflict", "invalid"]
+    by = {k: counts[k] for k in order if k in counts}
+    if as_json:
+        sys.stdout.write(json.dumps({"summary": by, "lines": lines, "exit_code": code}) + "\n")
+        sys.stdout.flush()
+        return
+    text = ", ".join(f"{n} {k}" for k, n in by.items()) or "nothing to do"
+    sys.stdout.write(f"{lines} line(s): {text}\n")
+
+
+@contextmanager
+def _progress() -> Iterator[Any]:
+    """The command line's progress bar on stderr when it is a terminal; else nothing."""
+    from .progress import Progress
+
+    with Progress("dispatching", None) as bar:
+        yield lambda n: bar.advance()
