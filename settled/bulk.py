@@ -37,7 +37,7 @@ from typing import IO, TYPE_CHECKING, Any
 from . import policy
 from .dispatch import EXISTS, Attempt, Outcome, Report, _as_found, _reason, check_params_json
 from .errors import Conflict, InvalidInput, LedgerError
-from .model import Acceptance, ActionRecord, Declared, Delivery, Status
+from .model import Acceptance, ActionRecord, Declared, Delivery, Status, action_id_problem
 from .storage import Move
 from .storage.base import same_action
 from .throttle import Gate
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 DEFAULT_GROUP = 64  # actions per claim transaction (see docs/performance.md)
 DEFAULT_FLUSH_AFTER = 0.2  # s an outcome may wait for its group's commit
 MAX_LINE = 1024 * 1024  # bytes in one input line; a longer one is a bad line, never read whole
-MAX_ID = 200
 
 
 @dataclass(frozen=True)
@@ -84,13 +83,7 @@ class Settled:
 
 def id_problem(action_id: object) -> str:
     """Why ``action_id`` cannot name an action ("" when it can)."""
-    if not isinstance(action_id, str):
-        return "action_id must be a string"
-    if not action_id or len(action_id) > MAX_ID or not action_id.isprintable():
-        return f"action_id must be 1-{MAX_ID} printable characters"
-    if action_id != action_id.strip():
-        return "action_id must not start or end with spaces"
-    return ""
+    return action_id_problem(action_id, "action_id")
 
 
 def read_lines(stream: IO[bytes]) -> Iterator[Line]:

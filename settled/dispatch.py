@@ -27,7 +27,7 @@ from . import crashpoints, policy
 from .clock import Clock, from_text, steady
 from .crashpoints import Probe, no_probe
 from .errors import InvalidInput, LedgerError, OutcomeNotRecorded, TransitionNotAllowed
-from .model import ActionRecord, Declared, Status
+from .model import ActionRecord, Declared, Status, check_action_id
 from .policy import Verdict
 from .providers.base import Provider, Providers, WireResult
 from .storage import Ledger, Move
@@ -148,6 +148,8 @@ class Dispatcher:
 
         An existing ``action_id`` with the same params returns that record and sends
         nothing; with other params it raises ``Conflict``."""
+        if action_id is not None:
+            check_action_id(action_id)
         spec = self.registry.operation(provider, operation)
         needs_confirmation = needs_confirmation or bool(getattr(spec, "needs_confirmation", False))
         check_params_json(params)

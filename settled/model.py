@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from .clock import plus
-from .errors import TransitionNotAllowed
+from .errors import InvalidInput, TransitionNotAllowed
 
 DEFAULT_CONSISTENCY_WINDOW = 30.0
 
@@ -147,6 +147,36 @@ def build_strategy(
     if tier is Tier.PARTIAL:
         return DispatchStrategy(tier, key or new_reconciliation_key(), plus(now, window), True)
     return DispatchStrategy(tier, None, None, True)
+
+
+MAX_ACTION_ID = 200  # characters
+
+
+def action_id_problem(action_id: object, what: str = "action id") -> str:
+    """Why ``action_id`` cannot name an action ("" when it can): a string of 1-200
+    printable characters without surrounding spaces (it is shown, logged, put in an
+    idempotency key and typed back by people)."""
+    if (
+        not isinstance(action_id, str)
+        or not action_id
+        or len(action_id) > MAX_ACTION_ID
+        or not action_id.isprintable()
+        or action_id != action_id.strip()
+    ):
+        return (
+            f"{what} must be a string of 1-{MAX_ACTION_ID} printable characters without "
+            "surrounding spaces"
+        )
+    return ""
+
+
+def check_action_id(action_id: object, what: str = "action id") -> str:
+    """``action_id``, or ``InvalidInput`` saying why it cannot name an action."""
+    problem = action_id_problem(action_id, what)
+    if problem:
+        raise InvalidInput(problem)
+    assert isinstance(action_id, str)
+    return action_id
 
 
 def idempotency_key(action_id: str, attempt: int) -> str:

@@ -28,14 +28,14 @@ from typing import Any
 
 from ..clock import from_text, utcnow
 from ..errors import ConfigError, Conflict, NotFound, UsageError
-from ..model import ActionRecord, Status, Tier
+from ..model import MAX_ACTION_ID, ActionRecord, Status, Tier
+from ..model import check_action_id as model_check_action_id
 from ..session import Session
 from ..wait import only_a_person
 
 STATUSES = ("success", "accepted", "uncertain", "failed")
 CHECK_ACTION = "check_action"
 LIST_UNRESOLVED = "list_unresolved"
-MAX_ID = 200
 
 # What every result carries as structured content (DESIGN.md §7).
 RESULT_SCHEMA: dict[str, Any] = {
@@ -60,7 +60,7 @@ QUEUE_SCHEMA: dict[str, Any] = {
 ACTION_ID_SCHEMA: dict[str, Any] = {
     "type": "string",
     "minLength": 1,
-    "maxLength": MAX_ID,
+    "maxLength": MAX_ACTION_ID,
     "description": (
         "Your id for this one intended action, e.g. 'order-42-receipt'. Calling again with "
         "the same id never sends twice: it returns the action's current status. Use a new "
@@ -265,17 +265,7 @@ def tool_name(provider: str, operation: str) -> str:
 
 
 def check_action_id(action_id: Any) -> str:
-    if (
-        not isinstance(action_id, str)
-        or not action_id
-        or len(action_id) > MAX_ID
-        or not action_id.isprintable()
-        or action_id != action_id.strip()
-    ):
-        raise UsageError(
-            "action_id must be a string of 1-200 printable characters without surrounding spaces"
-        )
-    return action_id
+    return model_check_action_id(action_id, "action_id")
 
 
 def check_arguments(args: Mapping[str, Any], allowed: set[str]) -> None:

@@ -76,16 +76,9 @@ def parse_params(raw: str | None) -> Any:
 
 
 def check_id(action_id: str) -> str:
-    from ..errors import UsageError
+    from ..model import check_action_id
 
-    if (
-        not action_id
-        or len(action_id) > 200
-        or not action_id.isprintable()
-        or action_id != action_id.strip()
-    ):
-        raise UsageError("action id must be 1-200 printable characters without surrounding spaces")
-    return action_id
+    return check_action_id(action_id)
 
 
 def render_report(report: Any) -> None:
