@@ -397,7 +397,7 @@ class SqliteLedger(Ledger):
             return out
         with self._write("record and claim a group") as c:
             for rec, claim in pairs:
-                existing = self._existing_or_insert(c, rec, actor)
+                existing = self._insert(c, rec, actor, same=False)
                 if existing is not None:
                     out.append((existing, False))
                     continue
@@ -485,20 +485,12 @@ class SqliteLedger(Ledger):
             )
 
     # ------------------------------------------------------------ inside a transaction
-    def _existing_or_insert(
-        self, c: sqlite3.Connection, rec: ActionRecord, actor: str
+    def _insert(
+        self, c: sqlite3.Connection, rec: ActionRecord, actor: str, *, same: bool = True
     ) -> ActionRecord | None:
-        """``_insert`` that reports another action under the same id as its record
-        instead of raising (the caller tells conflicts from repeats by params)."""
-        found = self.find(rec.action_id)
-        if found is not None:
-            return found
-        return self._insert(c, rec, actor)
-
-    def _insert(self, c: sqlite3.Connection, rec: ActionRecord, actor: str) -> ActionRecord | None:
         """The new PENDING row and its ``recorded`` event. Returns None when it
         inserted, else the record already under that id (``Conflict`` when it is
-        another action)."""
+        another action, unless ``same`` is false: the caller compares)."""
         row = to_row(rec)
         cur = c.execute(
             f"INSERT INTO actions ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})"
@@ -508,7 +500,8 @@ class SqliteLedger(Ledger):
         if cur.rowcount != 1:
             found = self.find(rec.action_id)
             assert found is not None
-            same_action(found, rec)
+            if same:
+                same_action(found, rec)
             return found
         self._event(c, rec.action_id, rec.created_at, actor, EventKind.RECORDED, None,
                     str(rec.status), rec.attempt, recorded_detail(rec))  # fmt: skip
