@@ -284,8 +284,10 @@ COMMANDS = [
     "show",
     "providers",
     "providers audit",
+    "providers render",
     "daemon",
     "demo",
+    "mcp",
 ]
 
 

@@ -45,14 +45,20 @@ def register(app: typer.Typer) -> None:
         plus check_action and list_unresolved; every result says success, accepted,
         uncertain or failed, and only an observed effect is success. Needs the extra:
         pip install 'settled[mcp]'.
+
+        \b
+        Examples:
+          settled --config /etc/settled/settled.toml mcp
+          settled mcp --http 127.0.0.1:8765
+          claude mcp add settled -- settled --config ~/settled.toml mcp
         """
-        from ..errors import UsageError
+        from ..errors import MissingExtra
 
         address = _parse_address(http) if http is not None else None
         try:
             import mcp as _sdk  # noqa: F401  (only to tell a missing extra apart)
         except ImportError:
-            raise UsageError("settled mcp needs the MCP SDK: pip install 'settled[mcp]'") from None
+            raise MissingExtra("settled mcp needs the MCP SDK: pip install 'settled[mcp]'") from None
         from ..agents.core import Toolbox
         from ..agents.mcp_server import POOL, build_server, serve
 

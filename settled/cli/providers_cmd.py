@@ -169,23 +169,33 @@ def render_audit(report: object) -> None:
 
 @providers_app.command("render")
 def render_cmd(
-    provider: str = typer.Argument(..., help="The provider, as named in settled.toml."),
-    operation: str = typer.Argument(..., help="The operation."),
-    params: str = typer.Option(None, "--params", help="JSON object, @FILE, or - for stdin."),
+    provider: str = typer.Argument(
+        ..., metavar="PROVIDER", help="The provider, as named in settled.toml."
+    ),
+    operation: str = typer.Argument(..., metavar="OPERATION", help="The operation."),
+    params: str = typer.Option(
+        None, "--params", metavar="JSON|@FILE|-", help="JSON object, @FILE, or - for stdin."
+    ),
     action_id: str = typer.Option(
-        None, "--action-id", help="The action id to show (default ACTION-ID)."
+        None, "--action-id", metavar="ID", help="The action id to show (default ACTION-ID)."
     ),
     key: str = typer.Option(
-        None, "--key", help="The reconciliation key to show (default stl-KEY)."
+        None, "--key", metavar="KEY", help="The reconciliation key to show (default stl-KEY)."
     ),
     object_id: str = typer.Option(
-        None, "--object-id", help="The provider object id a query by id would use."
+        None, "--object-id", metavar="ID", help="The provider object id a query by id would use."
     ),
     as_json: bool = typer.Option(False, "--json", help="The request and query as one JSON object."),
 ) -> None:
     """Print the exact request an operation would send for these params (method, URL,
     headers with secrets as ***, body) and the query that would verify it. Sends
-    nothing and records nothing."""
+    nothing and records nothing.
+
+    \b
+    Examples:
+      settled providers render mail send --params '{"to": "a@example.com"}'
+      settled providers render stripe refund --params @refund.json --json
+    """
     from ..errors import UsageError
     from .actions import parse_params
 
