@@ -31,7 +31,7 @@ def show(action_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
 app()
 '''
 
-# What `settled show ID --json` must not load (DESIGN: import them inside commands).
+# What `settled show ID --json` must not load (heavy imports happen inside commands).
 HEAVY = ("httpx", "apscheduler", "sqlite_utils", "rich.table", "rich", "pydantic", "click")
 
 

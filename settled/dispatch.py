@@ -41,7 +41,7 @@ DEFAULT_BACKOFF = 0.05  # s before the first repeat; doubles, capped at 2 s
 
 
 class Outcome(StrEnum):
-    """What a dispatch/confirm call did (DESIGN.md rule 8)."""
+    """What a dispatch/confirm call did (rule 8 in docs/rules.md)."""
 
     DISPATCHED = "dispatched"
     RECORDED = "recorded"  # dispatch --needs-confirmation: waiting for confirm
@@ -192,7 +192,7 @@ class Dispatcher:
         return bulk.run(lines)
 
     def confirm(self, action_id: str) -> Report:
-        """DESIGN.md rule 8: the late-confirmation race, answered honestly."""
+        """Rule 8 (docs/rules.md): the late-confirmation race, answered honestly."""
         record = self.ledger.find(action_id)
         if record is None:
             return Report(

@@ -14,7 +14,7 @@
     └── Conflict                     same id, other params; or a move not allowed now
         └── TransitionNotAllowed     a status move outside the transition table
 
-The CLI maps each to an exit code (DESIGN.md §2) and a one-line message
+The CLI maps each to an exit code (the exit codes in the README) and a one-line message
 (``settled.cli``); the storage backends map their drivers' errors into this tree at
 their boundary. Nothing in the core catches broadly: an exception that is not a
 SettledError is a bug and surfaces as one.

@@ -133,7 +133,7 @@ def build_strategy(
     carries_key: bool = False,
     key: str | None = None,
 ) -> DispatchStrategy:
-    """The seeds' rules, with one addition: a ``full`` operation that can carry a key
+    """The strategy each tier gets (docs/rules.md), with one addition: a ``full`` operation that can carry a key
     (``carries_key``, e.g. a CalDAV UID) gets one, so that a reply lost on the wire can
     still be reconciled instead of waiting for a person."""
     tier = Tier(tier)
@@ -242,7 +242,7 @@ class Declared:
         return [f"{k}: {mine[k]} → {theirs[k]}" for k in mine if mine[k] != theirs[k]]
 
 
-# Public JSON fields of a record, in the order DESIGN.md lists them.
+# Public JSON fields of a record, in the contract's order.
 RECORD_FIELDS = (
     "action_id",
     "provider",

@@ -3,9 +3,9 @@
 Pure functions: each takes the record, its declarations, what was seen and ``now``,
 and returns a ``Move`` (or a value the orchestrators need). Nothing here reads the
 ledger, the network or a clock; ``dispatch`` and ``reconcile`` fetch, call and write,
-and ask this module what every answer means. The rules in force:
+and ask this module what every answer means. The rules in force (docs/rules.md):
 
-- Classify, never guess (DESIGN rule 3): a validation rejection fails; nothing sent
+- Classify, never guess (rule 3): a validation rejection fails; nothing sent
   may be repeated; an ambiguous send is repeated only when the provider deduplicates
   the key; a conditional-write conflict is never proof.
 - Accepted is not success (rule 4): only an observation confirms; a spent budget
@@ -61,7 +61,7 @@ class Verdict(StrEnum):
 
 
 def classify(declared: Declared, wire: WireResult) -> Verdict:
-    """DESIGN.md rule 3, in one place."""
+    """Rule 3 (docs/rules.md), in one place."""
     if wire.wire is Wire.NOT_CONNECTED:
         # A provider that wrote bytes and then reports "not connected" cannot know
         # that nothing arrived: only a request never written is never sent.

@@ -1,4 +1,4 @@
-"""The seeds' flows end to end: real `settled` processes, a real ledger file, a real sim
+"""The flows end to end: real `settled` processes, a real ledger file, a real sim
 server on loopback. Every test checks the ledger's verdict against the server's ground
 truth: nothing CONFIRMED without an applied effect, never two sends of one key."""
 

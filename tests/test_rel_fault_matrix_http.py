@@ -1,5 +1,5 @@
 """The fault matrix for the declarative ``http`` provider: the sim server described by an
-http config (DESIGN.md §3), every fault × every tier the http provider can express ×
+http config (docs/providers.md), every fault × every tier the http provider can express ×
 ``idempotency_header`` on/off, run to completion and checked against the server's
 ground truth.
 

@@ -476,7 +476,7 @@ def test_huge_reply_through_the_command_line(env: dict[str, Any]) -> None:
 )
 def test_http_provider_replies_that_miss_their_pointers(tmp_path: Path, reply: bytes,
                                                          query: bytes) -> None:
-    """The declarative http provider (DESIGN.md §3): replies whose JSON pointers find
+    """The declarative http provider (docs/providers.md): replies whose JSON pointers find
     nothing, or find the wrong type, prove nothing and raise nothing."""
     with Scripted() as server:
         server.replies["POST send"] = (202, reply, True)

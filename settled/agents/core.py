@@ -37,7 +37,7 @@ STATUSES = ("success", "accepted", "uncertain", "failed")
 CHECK_ACTION = "check_action"
 LIST_UNRESOLVED = "list_unresolved"
 
-# What every result carries as structured content (DESIGN.md §7).
+# What every result carries as structured content (docs/agents.md).
 RESULT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -498,7 +498,7 @@ class Toolbox:
 
     def confirm(self, action_id: str, *, by: str = "") -> ToolResult:
         """A person approved: the same atomic claim as ``settled confirm``; whoever
-        loses the race sends nothing (DESIGN.md rule 8)."""
+        loses the race sends nothing (rule 8 in docs/rules.md)."""
         from ..dispatch import Outcome
 
         aid = check_action_id(action_id)

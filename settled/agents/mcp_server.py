@@ -1,4 +1,4 @@
-"""``settled mcp``: the configured operations as MCP tools (DESIGN.md §7).
+"""``settled mcp``: the configured operations as MCP tools (docs/agents.md).
 
 Built on the low-level ``mcp.server.Server`` of the official SDK (2.x), because the
 tools are declared at run time from settled.toml, one per operation:

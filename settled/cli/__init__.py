@@ -14,7 +14,7 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: exit codes per DESIGN.md §2, never a traceback.
+    """Console entry point: exit codes per the exit codes in the README, never a traceback.
 
     Typer/Click handle usage errors (exit 2) and ``typer.Exit`` codes themselves;
     everything else is converted here, in one place."""

@@ -3,7 +3,7 @@
 Machine output (``--json``) is one JSON line per action on stdout as each settles,
 then one summary line; people get the problems on stderr, a progress bar there when
 it is a terminal, and the summary by status on stdout. The exit code is 0 when every
-line did what was asked, else the highest code among the lines (DESIGN.md §2).
+line did what was asked, else the highest code among the lines (the exit codes in the README).
 """
 
 from __future__ import annotations

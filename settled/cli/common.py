@@ -13,7 +13,7 @@ from ..model import Status
 from ..session import Session
 from .render import STATUS_STYLE  # noqa: F401  (re-exported for renderers elsewhere)
 
-# The exit code that reports a record in each status (DESIGN.md §2).
+# The exit code that reports a record in each status (the exit codes in the README).
 EXIT_BY_STATUS = {
     Status.CONFIRMED: 0,
     Status.PENDING: 3,
@@ -38,7 +38,7 @@ EXIT_CONFLICT = 7
 
 
 def exit_for(exc: Exception) -> int:
-    """The exit code of one of settled's own errors (DESIGN.md §2)."""
+    """The exit code of one of settled's own errors (the exit codes in the README)."""
     from ..errors import Conflict, NotFound, OutcomeNotRecorded
 
     if isinstance(exc, NotFound):
@@ -51,7 +51,7 @@ def exit_for(exc: Exception) -> int:
 
 
 def report_exit(report: Any) -> int:
-    """The exit code of a dispatch/confirm/retry report (DESIGN.md rule 8)."""
+    """The exit code of a dispatch/confirm/retry report (rule 8 in docs/rules.md)."""
     from ..dispatch import Outcome
 
     if report.outcome is Outcome.NOT_FOUND or report.record is None:
@@ -181,7 +181,7 @@ class AfterSend(Exception):
 def finish(report: Any, as_json: bool, render: Any) -> int:
     """Print a dispatch/confirm/retry report and return its exit code. Once the
     record exists, a failure while printing it never turns into exit 1: the code is
-    the record's, and stderr says what happened to the request (DESIGN.md §2)."""
+    the record's, and stderr says what happened to the request (the exit codes in the README)."""
     code = report_exit(report)
     try:
         if as_json:

@@ -1,4 +1,4 @@
-"""What reaches a person's terminal, built in one place (DESIGN.md rule 13).
+"""What reaches a person's terminal, built in one place (rule 13 in docs/rules.md).
 
 - ``term(text)`` is the one sanitizer: stored and external text (ids, reasons,
   provider bodies, ``--by``) is shown with control, escape, bidi and other invisible

@@ -270,7 +270,7 @@ def render(template: Any, ctx: Mapping[str, Any]) -> Any:
     return template
 
 
-# -- paths (DESIGN.md rule 10) -------------------------------------------------------------------
+# -- paths (rule 10 in docs/rules.md) -------------------------------------------------------------------
 
 
 def segment(name: str, value: Any) -> str:

@@ -2,7 +2,7 @@
 where the tier allows, ``query``.
 
 Providers report what happened *on the wire*; they never decide what it means for
-the action and never retry. The dispatcher classifies (DESIGN.md rule 3) and owns
+the action and never retry. The dispatcher classifies (rule 3 in docs/rules.md) and owns
 the one retry budget.
 """
 
@@ -51,11 +51,11 @@ class OperationSpec:
     # elicitation; elsewhere `settled confirm` sends it).
     needs_confirmation: bool = False
     # The query can prove absence (a declared 404 or ``not_applied`` status). It counts
-    # only after the record's landing time (DESIGN.md rule 9), which the core enforces.
+    # only after the record's landing time (rule 9 in docs/rules.md), which the core enforces.
     absence_proof: bool = False
     # The query proves the effect through an explicit predicate (a status in
     # ``applied``, or a match on the key). False: it only checks that one addressed
-    # resource exists, which ``providers audit`` reports as debt (DESIGN.md rule 10).
+    # resource exists, which ``providers audit`` reports as debt (rule 10 in docs/rules.md).
     predicate: bool = False
     # The reconciliation key is this param's value (a business id such as an order
     # number), the same for every attempt, instead of a generated ``stl-…`` key.

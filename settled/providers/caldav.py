@@ -301,7 +301,7 @@ class CalDavProvider(BaseProvider):
 
     def _resource(self, uid: str) -> str:
         """The event's URL; raises ShapeError for a UID that would address another
-        resource (empty, ``.``, ``..``, a separator: DESIGN.md rule 10)."""
+        resource (empty, ``.``, ``..``, a separator: rule 10 in docs/rules.md)."""
         return self._url + segment("uid", uid) + ".ics"
 
     def _call(

@@ -1,8 +1,8 @@
 """The ``http`` provider: a declarative client for real HTTP APIs, configured in
-settled.toml (DESIGN.md §3; every key is documented in docs/providers.md).
+settled.toml (docs/providers.md; every key is documented in docs/providers.md).
 
 It reports what happened on the wire and what the reply body says, nothing more:
-the dispatcher classifies (DESIGN.md rule 3) and owns the one retry budget.
+the dispatcher classifies (rule 3 in docs/rules.md) and owns the one retry budget.
 
 - The request is built from templates (``_shape``): path, query string, headers and
   a JSON or form body, with placeholders for params and keys. The same function
@@ -13,7 +13,7 @@ the dispatcher classifies (DESIGN.md rule 3) and owns the one retry budget.
   definition, that processing has not completed).
 - A declared conflict status (``conflict_statuses``, e.g. 409 on a create with the
   same key) is reported as ``WireResult.conflict``: an earlier try may have applied
-  it; never proof (DESIGN.md rule 10).
+  it; never proof (rule 10 in docs/rules.md).
 - A query reads the real effect, one addressed resource or one item of a list
   (``list`` and ``match``): zero matches, an empty list, ``null`` or ``{}`` are "not
   found"; several matches are ambiguous; a status in ``applied`` → applied, in
