@@ -194,7 +194,9 @@ class Ledger(ABC):
         if text.startswith(("postgresql://", "postgres://")):
             from .postgres import PostgresLedger
 
-            pg: Ledger = PostgresLedger.connect(text, create=create, probe=probe)
+            pg: Ledger = PostgresLedger.connect(
+                text, create=create, probe=probe, busy_timeout=busy_timeout
+            )
             return pg
         from .sqlite import SqliteLedger
 

@@ -1,0 +1,212 @@
+"""The PostgreSQL ledger's schema migrations: named steps, applied once each, in order,
+each in its own transaction. Never edit a step that has shipped; add a new one.
+
+A ledger lives in one schema (the first of the connection's ``search_path``, so
+``?options=-csearch_path%3Dsettled`` picks it). The table ``settled_ledger`` marks the
+schema as a settled ledger and holds the number of steps applied; it is created in the
+same transaction as the first step, so no process can ever see settled's tables in a
+schema that is not marked. A schema that holds anything else and no mark is refused.
+
+Several processes may open a new ledger at once: each step takes a transaction-scoped
+advisory lock on the schema's name and re-reads the version under it, so every step runs
+exactly once.
+
+Types are PostgreSQL's own: ``timestamptz`` for times (the ledger converts them to and
+from the contract's text, ``YYYY-MM-DDTHH:MM:SS.ffffffZ``, at its boundary), ``boolean``
+for flags, ``text COLLATE "C"`` for names (byte order, as SQLite sorts them). Params,
+snapshots, declarations and event details stay JSON *text*: byte for byte what the
+ledger wrote, so a copied ledger's event checksum is the same on both backends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import LedgerError
+
+Cursor = Any  # a psycopg cursor; psycopg is imported by the ledger module only
+Step = Callable[[Cursor], None]
+
+MARK = "settled_ledger"
+
+_STATUSES = (
+    "'PENDING', 'IN_FLIGHT', 'AWAITING_VERIFICATION', 'CONFIRMED', 'FAILED', 'DENIED_UNRESOLVED'"
+)
+
+_M001 = [
+    f"""
+    CREATE TABLE actions (
+        action_id text COLLATE "C" PRIMARY KEY,
+        provider text COLLATE "C" NOT NULL,
+        operation text COLLATE "C" NOT NULL,
+        params text NOT NULL,
+        params_hash text COLLATE "C" NOT NULL,
+        tier text NOT NULL,
+        reconciliation_key text,
+        eligible_at timestamptz,
+        requires_manual_verification boolean NOT NULL,
+        attempt integer NOT NULL DEFAULT 1,
+        idempotency_key text NOT NULL,
+        dispatch_id text,
+        provider_object_id text,
+        status text NOT NULL CHECK (status IN ({_STATUSES})),
+        delivery text NOT NULL,
+        acceptance text NOT NULL,
+        dispatched_at timestamptz,
+        confirmed_at timestamptz,
+        confirmed_by text,
+        created_at timestamptz NOT NULL,
+        updated_at timestamptz NOT NULL,
+        lease_owner text,
+        lease_expires_at timestamptz,
+        next_check_at timestamptz,
+        verify_started_at timestamptz,
+        verify_deadline_at timestamptz,
+        checks integer NOT NULL DEFAULT 0,
+        reason text,
+        snapshot text,
+        lands_by timestamptz,
+        contradiction text,
+        declared text
+    )
+    """,
+    # "Due for reconciliation" is a range scan over rows that still have a check time;
+    # terminal rows drop out of the index entirely.
+    "CREATE INDEX actions_due ON actions (next_check_at) WHERE next_check_at IS NOT NULL",
+    "CREATE INDEX actions_status ON actions (status, created_at)",
+    "CREATE INDEX actions_same_change ON actions (provider, operation, params_hash)",
+    """
+    CREATE TABLE events (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        action_id text COLLATE "C" NOT NULL REFERENCES actions (action_id),
+        at timestamptz NOT NULL,
+        actor text NOT NULL,
+        kind text NOT NULL,
+        from_status text,
+        to_status text NOT NULL,
+        attempt integer NOT NULL,
+        detail text NOT NULL
+    )
+    """,
+    "CREATE INDEX events_action ON events (action_id, id)",
+    # The event log is append-only in the database itself: UPDATE, DELETE and TRUNCATE
+    # of events, and DELETE and TRUNCATE of actions, are refused by triggers (a role
+    # that is not the tables' owner cannot even disable them; see docs/postgres.md).
+    """
+    CREATE FUNCTION settled_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        RAISE EXCEPTION 'settled: %', TG_ARGV[0];
+    END
+    $$
+    """,
+    "CREATE TRIGGER events_no_update BEFORE UPDATE ON events"
+    " FOR EACH ROW EXECUTE FUNCTION settled_refuse('events are append-only')",
+    "CREATE TRIGGER events_no_delete BEFORE DELETE ON events"
+    " FOR EACH ROW EXECUTE FUNCTION settled_refuse('events are append-only')",
+    "CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON events"
+    " FOR EACH STATEMENT EXECUTE FUNCTION settled_refuse('events are append-only')",
+    "CREATE TRIGGER actions_no_delete BEFORE DELETE ON actions"
+    " FOR EACH ROW EXECUTE FUNCTION settled_refuse('actions are never deleted')",
+    "CREATE TRIGGER actions_no_truncate BEFORE TRUNCATE ON actions"
+    " FOR EACH STATEMENT EXECUTE FUNCTION settled_refuse('actions are never deleted')",
+]
+
+# The triggers ``integrity_check`` expects, present and enabled.
+TRIGGERS = (
+    "events_no_update",
+    "events_no_delete",
+    "events_no_truncate",
+    "actions_no_delete",
+    "actions_no_truncate",
+)
+
+
+def _m001_initial(cur: Cursor) -> None:
+    for statement in _M001:
+        cur.execute(statement)
+
+
+MIGRATIONS: list[tuple[str, Step]] = [
+    ("001_initial", _m001_initial),
+]
+
+LATEST = len(MIGRATIONS)
+
+# Everything in the schema but settled's own objects and the mark: the first step
+# refuses a schema where this finds something.
+_FOREIGN = """
+SELECT c.relname FROM pg_class c
+WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())
+UNION ALL
+SELECT p.proname FROM pg_proc p
+WHERE p.pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())
+LIMIT 5
+"""
+
+
+def version(cur: Cursor) -> int | None:
+    """Steps applied to the current schema; None when it is not marked as a ledger.
+
+    Raises ``LedgerError`` when the connection has no schema to work in."""
+    cur.execute(
+        "SELECT current_schema(), to_regclass(format('%%I.%%I', current_schema(), %s::text))",
+        (MARK,),
+    )
+    schema, mark = cur.fetchone()
+    if schema is None:
+        cur.execute("SHOW search_path")
+        (path,) = cur.fetchone()
+        raise LedgerError(
+            f"no schema of search_path {path!r} exists in this database; create it "
+            "(CREATE SCHEMA ...) or point search_path at one"
+        )
+    if mark is None:
+        return None
+    cur.execute(f"SELECT version FROM {MARK}")
+    row = cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+def foreign(cur: Cursor) -> list[str]:
+    """What the current schema holds that is not a settled ledger (an empty list for
+    an empty schema)."""
+    cur.execute(_FOREIGN)
+    return [str(r[0]) for r in cur.fetchall()]
+
+
+def migrate(conn: Any, where: str) -> int:
+    """Apply every step not yet applied to the current schema, each in its own
+    transaction under an advisory lock, the first one marking the schema. Returns the
+    number of steps applied here. ``where`` names the ledger in errors."""
+    applied = 0
+    for number, (name, step) in enumerate(MIGRATIONS, start=1):
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('settled ledger ' || current_schema()))"
+            )
+            found = version(cur)
+            if found is None:
+                other = foreign(cur)
+                if other:
+                    raise LedgerError(
+                        f"{where} holds other tables ({', '.join(other)}) and is not a "
+                        "settled ledger; refusing to write to it (use an empty schema)"
+                    )
+                cur.execute(
+                    f"CREATE TABLE {MARK} (only_row boolean PRIMARY KEY DEFAULT true"
+                    " CHECK (only_row), application text NOT NULL, version integer NOT NULL)"
+                )
+                cur.execute(
+                    "CREATE TABLE _migrations (name text PRIMARY KEY,"
+                    " applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+                )
+                cur.execute(f"INSERT INTO {MARK} (application, version) VALUES ('settled', 0)")
+                found = 0
+            if found >= number:
+                continue
+            step(cur)
+            cur.execute("INSERT INTO _migrations (name) VALUES (%s)", (name,))
+            cur.execute(f"UPDATE {MARK} SET version = %s", (number,))
+            applied += 1
+    return applied
