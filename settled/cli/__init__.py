@@ -41,13 +41,14 @@ def _globals(
     common.STATE.config_path = config
 
 
-from . import actions, daemon_cmd, demo, providers_cmd, settle  # noqa: E402  (commands register on `app`)
+from . import actions, daemon_cmd, demo, migrate_cmd, providers_cmd, settle  # noqa: E402  (commands register on `app`)
 
 actions.register(app)
 settle.register(app)
 daemon_cmd.register(app)
 providers_cmd.register(app)
 demo.register(app)
+migrate_cmd.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -164,6 +164,7 @@ class Figures:
 
 
 Expire = Callable[[ActionRecord], Move]
+History = tuple[ActionRecord, list[Event]]  # a record and its event log, oldest first
 
 
 class Ledger(ABC):
@@ -337,6 +338,19 @@ class Ledger(ABC):
     def hand_back(self, leased: Sequence[ActionRecord], *, owner: str) -> None:
         """Release records leased to ``owner`` unchecked: due again at once."""
 
+    # -- copying a whole ledger (``settled migrate-ledger``) ------------------------------
+
+    @abstractmethod
+    def export(self, *, after: str | None = None, limit: int = 500) -> list[History]:
+        """Up to ``limit`` records with an id after ``after`` (in byte order of their
+        ids), each with its whole event log: a page of the ledger, to copy it."""
+
+    @abstractmethod
+    def restore(self, history: Iterable[History]) -> int:
+        """Write records and their events exactly as they were (ids, times, details),
+        all in ONE transaction: the copy lands whole or not at all. Only for an empty
+        ledger; an id already present is an error. Returns how many records."""
+
 
 def same_action(existing: ActionRecord, new: ActionRecord) -> None:
     """``new`` may only reuse ``existing``'s id when it is the same action."""
@@ -496,6 +510,7 @@ __all__ = [
     "DueBatch",
     "Expire",
     "Figures",
+    "History",
     "Ledger",
     "Move",
     "Selection",

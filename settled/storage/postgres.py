@@ -38,7 +38,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -55,6 +55,7 @@ from .base import (
     DueBatch,
     Expire,
     Figures,
+    History,
     Ledger,
     Move,
     Selection,
@@ -642,6 +643,46 @@ class PostgresLedger(Ledger):
                 ([r.action_id for r in leased], [r.next_check_at for r in leased], owner),
             )
 
+    # ------------------------------------------------------------ copying
+    def export(self, *, after: str | None = None, limit: int = 500) -> list[History]:
+        with self._tx("read a page of the ledger") as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            cur.execute(
+                f"{_SELECT} WHERE action_id > %s ORDER BY action_id LIMIT %s", (after or "", limit)
+            )
+            records = [from_row(dict(zip(COLUMNS, r, strict=True))) for r in cur.fetchall()]
+            if not records:
+                return []
+            cur.execute(
+                f"SELECT id, {_EVENT_COLS} FROM events WHERE action_id = ANY(%s)"
+                " ORDER BY action_id, id",
+                ([r.action_id for r in records],),
+            )
+            rows = cur.fetchall()
+        logs: dict[str, list[Event]] = {r.action_id: [] for r in records}
+        for r in rows:
+            logs[r[1]].append(
+                Event(id=r[0], action_id=r[1], at=r[2], actor=r[3], kind=r[4], from_status=r[5],
+                      to_status=r[6], attempt=r[7], detail=json.loads(r[8]))
+            )  # fmt: skip
+        return [(rec, logs[rec.action_id]) for rec in records]
+
+    def restore(self, history: Iterable[History]) -> int:
+        n = 0
+        chunk: list[History] = []
+        with self._tx("restore a copied ledger") as cur:
+            for item in history:
+                chunk.append(item)
+                if len(chunk) >= 1000:
+                    n += _copy_in(cur, chunk)
+                    chunk = []
+            n += _copy_in(cur, chunk)
+            cur.execute(
+                "SELECT setval(pg_get_serial_sequence('events', 'id'), max(id)) FROM events"
+                " HAVING max(id) IS NOT NULL"
+            )
+        return n
+
     # ------------------------------------------------------------ inside a transaction
     @staticmethod
     def _find(cur: Cursor, action_id: str) -> ActionRecord | None:
@@ -792,6 +833,24 @@ def _claimed_insert(rec: ActionRecord, actor: str, claim: Move) -> Statement:
         event_detail_text(claim.detail),
     ]  # fmt: skip
     return sql, args
+
+
+def _copy_in(cur: Cursor, chunk: Sequence[History]) -> int:
+    """COPY records, then their events: the events' ids are written as given (COPY
+    into an identity column keeps them, like OVERRIDING SYSTEM VALUE)."""
+    if not chunk:
+        return 0
+    with cur.copy(f"COPY actions ({_COLS}) FROM STDIN") as copy:
+        for rec, _ in chunk:
+            copy.write_row(tuple(_row(rec).values()))
+    with cur.copy(f"COPY events (id, {_EVENT_COLS}) FROM STDIN") as copy:
+        for _, log in chunk:
+            for e in log:
+                copy.write_row(
+                    (e.id, e.action_id, e.at, _clean(e.actor), e.kind, e.from_status,
+                     e.to_status, e.attempt, event_detail_text(e.detail))
+                )  # fmt: skip
+    return len(chunk)
 
 
 def _each(cur: Cursor, statements: Sequence[Statement]) -> list[tuple[Any, ...] | None]:
