@@ -51,7 +51,6 @@ from ..model import ActionRecord, Event, EventKind, Status
 from . import postgres_schema
 from .base import (
     COLUMNS,
-    DUE_STATUSES,
     DueBatch,
     Expire,
     Figures,
@@ -86,7 +85,6 @@ IDLE_CHECK = 10.0  # s a connection may sit unused before it is checked before u
 POOL_MAX = 8  # connections for threads that use one ledger at the same time
 _COLS = ", ".join(COLUMNS)
 _SELECT = f"SELECT {_COLS} FROM actions"
-_DUE = [str(s) for s in DUE_STATUSES]
 _EVENT_COLS = "action_id, at, actor, kind, from_status, to_status, attempt, detail"
 
 log = logging.getLogger("settled.storage.postgres")
@@ -340,6 +338,7 @@ class PostgresLedger(Ledger):
                     configure=self._configure,
                     timeout=max(self.busy_timeout, 1.0),
                     name="settled",
+                    open=True,
                 )
             return self._pool
 
@@ -592,10 +591,9 @@ class PostgresLedger(Ledger):
             # SKIP LOCKED: rows another daemon is leasing right now are its own; the
             # rows it has leased already are not due any more (their check time moved).
             cur.execute(
-                f"{_SELECT} WHERE next_check_at IS NOT NULL AND next_check_at <= %s"
-                " AND status = ANY(%s) ORDER BY next_check_at LIMIT %s"
-                " FOR UPDATE SKIP LOCKED",
-                (cutoff, _DUE, size),
+                f"{_SELECT} WHERE {postgres_schema.DUE_PREDICATE} AND next_check_at <= %s"
+                " ORDER BY next_check_at LIMIT %s FOR UPDATE SKIP LOCKED",
+                (cutoff, size),
             )
             rows = [from_row(dict(zip(COLUMNS, r, strict=True))) for r in cur.fetchall()]
             batch.selected = len(rows)

@@ -34,6 +34,12 @@ _STATUSES = (
     "'PENDING', 'IN_FLIGHT', 'AWAITING_VERIFICATION', 'CONFIRMED', 'FAILED', 'DENIED_UNRESOLVED'"
 )
 
+# The rows a due scan may take (``base.DUE_STATUSES``), as the due index's predicate.
+DUE_PREDICATE = (
+    "next_check_at IS NOT NULL"
+    " AND status IN ('IN_FLIGHT', 'AWAITING_VERIFICATION', 'DENIED_UNRESOLVED')"
+)
+
 _M001 = [
     f"""
     CREATE TABLE actions (
@@ -72,8 +78,10 @@ _M001 = [
     )
     """,
     # "Due for reconciliation" is a range scan over rows that still have a check time;
-    # terminal rows drop out of the index entirely.
-    "CREATE INDEX actions_due ON actions (next_check_at) WHERE next_check_at IS NOT NULL",
+    # terminal rows drop out of the index entirely. The due scan repeats this predicate
+    # word for word, so the planner walks this index in order and stops at the batch's
+    # size, whatever the statistics say about the status index.
+    f"CREATE INDEX actions_due ON actions (next_check_at) WHERE {DUE_PREDICATE}",
     "CREATE INDEX actions_status ON actions (status, created_at)",
     "CREATE INDEX actions_same_change ON actions (provider, operation, params_hash)",
     """
