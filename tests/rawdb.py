@@ -5,6 +5,7 @@ person with a SQL shell (or a bug) could do, and what the database itself must r
     execute(location, sql)    -> rows; the driver's own error when the database refuses
     RAW_ERRORS                -> the drivers' error classes
     dump(location)            -> every row of every table, to compare before and after
+    integrity(location)       -> "ok", or what the database found wrong
 """
 
 from __future__ import annotations
@@ -70,3 +71,19 @@ def _dump_pg(url: str) -> list[tuple[Any, ...]]:
             " FROM information_schema.columns WHERE table_schema = current_schema()"
             " ORDER BY 1").fetchall()]))
     return out
+
+
+def integrity(location: Any) -> str:
+    """SQLite's ``PRAGMA integrity_check`` on the file; on PostgreSQL (whose storage
+    checks itself) the ledger's own check: append-only triggers present and enabled,
+    no event without its action."""
+    if is_pg(location):
+        from settled.ledger import Ledger
+
+        with Ledger.open(str(location), create=False) as led:
+            return led.integrity_check()
+    conn = sqlite3.connect(os.fspath(location))
+    try:
+        return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
+    finally:
+        conn.close()

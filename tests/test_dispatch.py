@@ -156,16 +156,16 @@ def test_a_dispatch_records_and_claims_in_one_transaction(
 ) -> None:
     """Two durable transactions per dispatch (record + claim, then the outcome); a
     recorded action waiting for confirmation takes one, its confirmation two."""
-    from settled.storage.sqlite import SqliteLedger
-
+    cls = type(ledger)
+    name = "_write" if hasattr(cls, "_write") else "_tx"  # SQLite's, PostgreSQL's
     opened = []
-    write = SqliteLedger._write
+    write = getattr(cls, name)
 
-    def counting(self: SqliteLedger, doing: str) -> object:
+    def counting(self: Ledger, doing: str) -> object:
         opened.append(doing)
         return write(self, doing)
 
-    monkeypatch.setattr(SqliteLedger, "_write", counting)
+    monkeypatch.setattr(cls, name, counting)
     d.submit("sim", "book", {"a": 1}, action_id="one")
     assert len(opened) == 2 and len(sim.requests_for("one")) == 1
     opened.clear()

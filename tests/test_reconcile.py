@@ -255,6 +255,7 @@ def test_a_lost_dispatch_expired_where_the_provider_is_unknown_waits_for_one_tha
     assert rec.next_check_at == to_text(plus(clock.now(), 5.0))
 
 
+@pytest.mark.sqlite_only  # PostgreSQL's plan: test_postgres.py
 def test_the_due_scan_walks_the_due_index(ledger: Ledger, reg: Registry, clock: FakeClock) -> None:
     """The batch select reads the due rows in due order from the due index: never
     every row in a status, sorted per batch (which grows with the ledger)."""

@@ -89,7 +89,9 @@ class Move:
     def __post_init__(self) -> None:
         if self.kind is None or self.kind.changes_nothing:
             if self.frm is not self.to:
-                raise ValueError(f"{self.kind or 'a schedule change'} cannot move {self.frm} → {self.to}")
+                raise ValueError(
+                    f"{self.kind or 'a schedule change'} cannot move {self.frm} → {self.to}"
+                )
         else:
             check_transition(self.frm, self.to, correction=self.correction)
         bad = set(self.values) - WRITABLE

@@ -153,8 +153,9 @@ class _UtcText(Loader):
 
 class DatabaseClock(SteadyClock):
     """The database's clock, read on this host: its last reading plus the steady time
-    elapsed since (``SteadyClock``), re-read every ``refresh`` seconds. A reading that
-    fails keeps the clock counting from the one before."""
+    elapsed since (``SteadyClock``), re-read every ``refresh`` seconds. The first
+    reading is taken when it is made (the ledger makes it when it connects); a later
+    reading that fails keeps the clock counting from the one before."""
 
     def __init__(self, read: Callable[[], tuple[datetime, float]], refresh: float) -> None:
         wall, at = read()
@@ -224,6 +225,7 @@ class PostgresLedger(Ledger):
                 ledger._main = ledger._new_connection()
                 ledger._main_used = time.monotonic()
                 ledger._setup(ledger._main, create)
+                ledger._clock = DatabaseClock(ledger._read_db_clock, CLOCK_REFRESH)
         except BaseException:
             ledger.close()
             raise
@@ -257,9 +259,8 @@ class PostgresLedger(Ledger):
 
     def _setup(self, conn: Conn, create: bool) -> None:
         with conn.cursor() as cur:
-            found = postgres_schema.version(cur)
+            found, other = postgres_schema.inspect(cur)
             if found is None:
-                other = postgres_schema.foreign(cur)
                 if other:
                     raise LedgerError(
                         f"{self.location} holds other tables ({', '.join(other)}) and is not "
@@ -294,7 +295,7 @@ class PostgresLedger(Ledger):
         try:
             yield
         except psycopg.Error as exc:
-            raise _map(exc, self.location, doing, self._secrets) from None
+            raise _map(exc, self.location, doing, self._secrets, self.busy_timeout) from None
 
     @contextmanager
     def _connection(self) -> Iterator[Conn]:
@@ -481,8 +482,7 @@ class PostgresLedger(Ledger):
 
     def clock(self) -> Clock:
         """The database's clock (``DatabaseClock``): one clock for every host."""
-        if self._clock is None:
-            self._clock = DatabaseClock(self._read_db_clock, CLOCK_REFRESH)
+        assert self._clock is not None  # read when the ledger connected
         return self._clock
 
     def _read_db_clock(self) -> tuple[datetime, float]:
@@ -870,13 +870,20 @@ def _each(cur: Cursor, statements: Sequence[Statement]) -> list[tuple[Any, ...] 
 
 # -- errors ----------------------------------------------------------------------------------
 
-_BUSY = {"40001", "40P01", "55P03", "57014", "53300"}
+_BUSY = {"40001", "40P01", "57014", "53300"}
 _READ_ONLY = {"25006", "42501"}
 
 
-def _map(exc: psycopg.Error, location: str, doing: str, secrets: Sequence[str]) -> LedgerError:
+def _map(
+    exc: psycopg.Error, location: str, doing: str, secrets: Sequence[str], waited: float
+) -> LedgerError:
     state = exc.sqlstate or ""
     text = _scrub(" ".join(str(exc).split()), secrets)
+    if state == "55P03":  # lock_timeout: another writer held the row or table too long
+        return LedgerBusy(
+            f"ledger {location} is locked by another writer (waited {waited:g} s); "
+            f"{doing} did not happen"
+        )
     if state in _BUSY:
         return LedgerBusy(f"ledger {location} is busy: {text}; {doing} did not happen")
     if state == "53100":

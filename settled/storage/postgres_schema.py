@@ -141,27 +141,32 @@ MIGRATIONS: list[tuple[str, Step]] = [
 
 LATEST = len(MIGRATIONS)
 
-# Everything in the schema but settled's own objects and the mark: the first step
-# refuses a schema where this finds something.
-_FOREIGN = """
-SELECT c.relname FROM pg_class c
-WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())
-UNION ALL
-SELECT p.proname FROM pg_proc p
-WHERE p.pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())
-LIMIT 5
-"""
+def inspect(cur: Cursor) -> tuple[int | None, list[str]]:
+    """Steps applied to the current schema (None when it is not marked as a ledger),
+    and, when it is not, up to five names of what it holds (empty: a schema we may
+    make a ledger in). Mark and contents are read by one statement, from one snapshot:
+    two reads could straddle another process's first step and see its tables unmarked.
 
-
-def version(cur: Cursor) -> int | None:
-    """Steps applied to the current schema; None when it is not marked as a ledger.
-
-    Raises ``LedgerError`` when the connection has no schema to work in."""
+    The catalog is scanned rather than asked through ``to_regclass``, which may answer
+    from this session's cache of it: right after another process's first step commits,
+    that cache can still say the mark does not exist. Raises ``LedgerError`` when the
+    connection has no schema to work in."""
     cur.execute(
-        "SELECT current_schema(), to_regclass(format('%%I.%%I', current_schema(), %s::text))",
+        """
+        WITH here AS (SELECT oid FROM pg_namespace WHERE nspname = current_schema())
+        SELECT current_schema(),
+               EXISTS (SELECT 1 FROM pg_class WHERE relname = %s
+                       AND relnamespace = (SELECT oid FROM here)),
+               ARRAY(SELECT relname::text FROM pg_class
+                     WHERE relnamespace = (SELECT oid FROM here)
+                     UNION ALL
+                     SELECT proname::text FROM pg_proc
+                     WHERE pronamespace = (SELECT oid FROM here)
+                     LIMIT 5)
+        """,
         (MARK,),
     )
-    schema, mark = cur.fetchone()
+    schema, marked, names = cur.fetchone()
     if schema is None:
         cur.execute("SHOW search_path")
         (path,) = cur.fetchone()
@@ -169,18 +174,11 @@ def version(cur: Cursor) -> int | None:
             f"no schema of search_path {path!r} exists in this database; create it "
             "(CREATE SCHEMA ...) or point search_path at one"
         )
-    if mark is None:
-        return None
+    if not marked:
+        return None, list(names)
     cur.execute(f"SELECT version FROM {MARK}")
     row = cur.fetchone()
-    return int(row[0]) if row else 0
-
-
-def foreign(cur: Cursor) -> list[str]:
-    """What the current schema holds that is not a settled ledger (an empty list for
-    an empty schema)."""
-    cur.execute(_FOREIGN)
-    return [str(r[0]) for r in cur.fetchall()]
+    return (int(row[0]) if row else 0), []
 
 
 def migrate(conn: Any, where: str) -> int:
@@ -193,9 +191,8 @@ def migrate(conn: Any, where: str) -> int:
             cur.execute(
                 "SELECT pg_advisory_xact_lock(hashtext('settled ledger ' || current_schema()))"
             )
-            found = version(cur)
+            found, other = inspect(cur)
             if found is None:
-                other = foreign(cur)
                 if other:
                     raise LedgerError(
                         f"{where} holds other tables ({', '.join(other)}) and is not a "

@@ -671,10 +671,12 @@ def _map(exc: sqlite3.Error, path: str, doing: str) -> LedgerError:
             f"{doing} did not happen"
         )
     if name.startswith("SQLITE_CANTOPEN") or name.startswith("SQLITE_IOERR"):
-        return LedgerError(f"ledger {path}: cannot read or write the file ({text}); {doing} did not happen")
-    if name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or (isinstance(exc, sqlite3.DatabaseError) and (
-        "malformed" in text or "not a database" in text
-    )):
+        return LedgerError(
+            f"ledger {path}: cannot read or write the file ({text}); {doing} did not happen"
+        )
+    if name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or (
+        isinstance(exc, sqlite3.DatabaseError) and ("malformed" in text or "not a database" in text)
+    ):
         return LedgerError(f"{path} is unreadable or corrupt: {text}")
     return LedgerError(f"ledger {path}: {text} ({doing})")
 
