@@ -24,11 +24,11 @@ QUICK = {"ops": 200, "http": 200, "procs": 150, "sizes": [10_000, 100_000], "rep
          "startup": 9}
 FULL = {"ops": 1000, "http": 500, "procs": 500, "sizes": [10_000, 100_000, 1_000_000],
         "repeats": 5, "startup": 21}
-SUITES = ("ledger", "dispatch", "http", "concurrency", "sweep", "startup")
+SUITES = ("ledger", "dispatch", "http", "concurrency", "sweep", "startup", "postgres")
 
 
 def run(cfg: dict, only: set[str], batch: int) -> tuple[list[Row], str]:
-    from . import http_e2e, ledger_ops, procs, startup, sweep
+    from . import http_e2e, ledger_ops, postgres, procs, startup, sweep
 
     rows: list[Row] = []
     with tempdir() as tmp:
@@ -41,6 +41,7 @@ def run(cfg: dict, only: set[str], batch: int) -> tuple[list[Row], str]:
             ("sweep", lambda: sweep.sweeps(tmp, cfg["sizes"], max(1, cfg["repeats"] // 2),
                                            batch, cfg is QUICK)),
             ("startup", lambda: startup.cold_start(tmp, cfg["startup"])),
+            ("postgres", lambda: postgres.run(tmp, cfg, batch)),
         ]
         for name, step in steps:
             if only and name not in only:

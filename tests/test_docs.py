@@ -11,7 +11,7 @@ from conftest import ROOT, run_cli
 
 README = (ROOT / "README.md").read_text()
 COMMANDS = ["dispatch", "confirm", "reconcile", "resolve", "retry", "queue", "show",
-            "providers", "providers audit", "daemon", "demo"]
+            "providers", "providers audit", "daemon", "demo", "migrate-ledger"]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS)
