@@ -137,23 +137,22 @@ RAW_OUTCOME = (
 
 
 def raw_claim_outcome(conn: Any, aid: str) -> None:
-    """Claim, then outcome: two durable transactions, the same statements as settled's."""
+    """Claim, then outcome: two durable transactions, the same statements as settled's
+    (each one statement in autocommit: its own transaction, one round trip)."""
     owner = "d-" + aid
-    with conn.transaction():
-        conn.execute(RAW_CLAIM, (
-            "IN_FLIGHT", owner, owner, LEASE, LEASE, T0, T0, LEASE, None, "IN_FLIGHT", T0,
-            aid, "PENDING",
-            T0, "bench", "claimed", "PENDING", "IN_FLIGHT",
-            json.dumps({"lease_expires_at": LEASE, "idempotency_key": aid + ":1"}),
-        )).fetchall()  # fmt: skip
+    conn.execute(RAW_CLAIM, (
+        "IN_FLIGHT", owner, owner, LEASE, LEASE, T0, T0, LEASE, None, "IN_FLIGHT", T0,
+        aid, "PENDING",
+        T0, "bench", "claimed", "PENDING", "IN_FLIGHT",
+        json.dumps({"lease_expires_at": LEASE, "idempotency_key": aid + ":1"}),
+    )).fetchall()  # fmt: skip
     detail = {"verdict": "proven", "tries": [{"try": 1, "wire": "answered", "status_code": 201,
               "verdict": "proven", "detail": "HTTP 201"}], "reason": "proves the effect"}  # fmt: skip
-    with conn.transaction():
-        conn.execute(RAW_OUTCOME, (
-            "obj-1", "DELIVERED", "ACCEPTED", T0, "provider", None, None, None, None,
-            "CONFIRMED", T0, aid, "IN_FLIGHT", owner,
-            T0, "bench", "outcome", "IN_FLIGHT", "CONFIRMED", json.dumps(detail),
-        )).fetchall()  # fmt: skip
+    conn.execute(RAW_OUTCOME, (
+        "obj-1", "DELIVERED", "ACCEPTED", T0, "provider", None, None, None, None,
+        "CONFIRMED", T0, aid, "IN_FLIGHT", owner,
+        T0, "bench", "outcome", "IN_FLIGHT", "CONFIRMED", json.dumps(detail),
+    )).fetchall()  # fmt: skip
 
 
 _INSERT_COLS = _RET.replace(", snapshot, lands_by, contradiction, declared", "")
@@ -178,21 +177,19 @@ def raw_dispatch(conn: Any, aid: str) -> None:
     row[11], row[13], row[14] = owner, "IN_FLIGHT", "IN_FLIGHT"  # dispatch_id, status, delivery
     row[16], row[21], row[22], row[23] = T0, owner, LEASE, LEASE  # dispatched, lease, check
     row += [None, LEASE, None, '{"tier": "full"}']  # snapshot, lands_by, contradiction, declared
-    with conn.transaction():
-        conn.execute(RAW_RECORD_CLAIM, (
-            *row,
-            T0, "bench", "recorded", "PENDING", 1, json.dumps({"tier": "full"}),
-            T0, "bench", "claimed", "PENDING", "IN_FLIGHT", 1,
-            json.dumps({"lease_expires_at": LEASE, "idempotency_key": aid + ":1"}),
-        )).fetchall()  # fmt: skip
+    conn.execute(RAW_RECORD_CLAIM, (
+        *row,
+        T0, "bench", "recorded", "PENDING", 1, json.dumps({"tier": "full"}),
+        T0, "bench", "claimed", "PENDING", "IN_FLIGHT", 1,
+        json.dumps({"lease_expires_at": LEASE, "idempotency_key": aid + ":1"}),
+    )).fetchall()  # fmt: skip
     detail = {"verdict": "proven", "tries": [{"try": 1, "wire": "answered", "status_code": 201,
               "verdict": "proven", "detail": "HTTP 201"}], "reason": "proves the effect"}  # fmt: skip
-    with conn.transaction():
-        conn.execute(RAW_OUTCOME, (
-            "obj-1", "DELIVERED", "ACCEPTED", T0, "provider", None, None, None, None,
-            "CONFIRMED", T0, aid, "IN_FLIGHT", owner,
-            T0, "bench", "outcome", "IN_FLIGHT", "CONFIRMED", json.dumps(detail),
-        )).fetchall()  # fmt: skip
+    conn.execute(RAW_OUTCOME, (
+        "obj-1", "DELIVERED", "ACCEPTED", T0, "provider", None, None, None, None,
+        "CONFIRMED", T0, aid, "IN_FLIGHT", owner,
+        T0, "bench", "outcome", "IN_FLIGHT", "CONFIRMED", json.dumps(detail),
+    )).fetchall()  # fmt: skip
 
 
 RAW_DUE = (

@@ -350,6 +350,20 @@ class PostgresLedger(Ledger):
             with conn.cursor() as cur:
                 yield cur
 
+    @contextmanager
+    def _one(self, doing: str) -> Iterator[Cursor]:
+        """A write that is ONE statement (a guarded update with its event, say): run in
+        autocommit it is its own transaction, atomic and durable, committed in the same
+        round trip (no BEGIN, no COMMIT: 1 round trip instead of 3). With a crash probe
+        armed (tests), it runs inside an explicit transaction instead, so that a test can
+        die between the statement and its commit. Reads may follow the write."""
+        if self.probe is no_probe:
+            with self._mapped(doing), self._connection() as conn, conn.cursor() as cur:
+                yield cur
+        else:
+            with self._tx(doing) as cur:
+                yield cur
+
     def _read(self, doing: str, fn: Callable[[Cursor], Any]) -> Any:
         """One read (autocommit: one statement, one snapshot). A connection found broken
         (the server restarted) is replaced and the read tried once more."""
@@ -508,7 +522,7 @@ class PostgresLedger(Ledger):
 
     # ------------------------------------------------------------ writes
     def record(self, rec: ActionRecord, *, actor: str) -> tuple[ActionRecord, bool]:
-        with self._tx("record") as cur:
+        with self._one("record") as cur:
             existing = self._insert(cur, rec, actor)
         if existing is not None:
             return existing, False
@@ -517,20 +531,21 @@ class PostgresLedger(Ledger):
     def record_and_claim(
         self, rec: ActionRecord, *, actor: str, claim: Move
     ) -> tuple[ActionRecord, bool]:
-        with self._tx("record and claim") as cur:
-            if not _fusable(rec, claim):
+        if not _fusable(rec, claim):
+            with self._tx("record and claim") as cur:
                 existing = self._insert(cur, rec, actor)
                 if existing is not None:
                     return existing, False
                 row = self._apply(cur, claim, everything=True)
                 assert row is not None  # inserted PENDING in this very transaction
                 return from_row(row), True
+        with self._one("record and claim") as cur:
             cur.execute(*_claimed_insert(rec, actor, claim))
             got = cur.fetchone()
             if got is None:
                 found = self._find(cur, rec.action_id)
                 assert found is not None
-                same_action(found, rec)  # Conflict: rolled back
+                same_action(found, rec)  # Conflict: nothing was written
                 return found, False
             self.probe(f"before_commit:{claim.kind}")
         return from_row(dict(zip(COLUMNS, got, strict=True))), True
@@ -564,7 +579,7 @@ class PostgresLedger(Ledger):
         return out
 
     def move(self, move: Move) -> ActionRecord | None:
-        with self._tx(f"record {move.kind or 'a schedule'}") as cur:
+        with self._one(f"record {move.kind or 'a schedule'}") as cur:
             row = self._apply(cur, move, everything=True)
         return from_row(row) if row is not None else None
 
@@ -621,7 +636,7 @@ class PostgresLedger(Ledger):
         return batch
 
     def lease_one(self, rec: ActionRecord, *, owner: str, until: str, now: str) -> bool:
-        with self._tx("lease a record") as cur:
+        with self._one("lease a record") as cur:
             cur.execute(
                 "UPDATE actions SET lease_owner = %s, next_check_at = %s WHERE action_id = %s"
                 " AND status = %s AND (lease_owner IS NULL OR next_check_at IS NULL"
@@ -633,7 +648,7 @@ class PostgresLedger(Ledger):
     def hand_back(self, leased: Sequence[ActionRecord], *, owner: str) -> None:
         if not leased:
             return
-        with self._tx("hand back a batch") as cur:
+        with self._one("hand back a batch") as cur:
             cur.execute(
                 "UPDATE actions AS a SET lease_owner = NULL, next_check_at = b.due"
                 " FROM unnest(%s::text[], %s::timestamptz[]) AS b(id, due)"
