@@ -351,8 +351,10 @@ def sweep_scaling(due: int, batch: int, repeats: int, tmp: str) -> list[Row]:
 
     rates: dict[tuple[str, int], list[float]] = {}
     lite = os.path.join(tmp, "pg-vs-sqlite-sweep.db")
+    slow_lite = os.path.join(tmp, "pg-vs-sqlite-slow-sweep.db")
     sqlite_sweep.build(lite, due * DUE_SHARE)
     slow_due = max(500, due // 50)
+    sqlite_sweep.build(slow_lite, slow_due * DUE_SHARE)
     with schema() as url, schema() as slow:
         _due_ledger(url, due)
         _due_ledger(slow, slow_due)
@@ -366,7 +368,11 @@ def sweep_scaling(due: int, batch: int, repeats: int, tmp: str) -> list[Row]:
                     latency=QUERY_LATENCY if side == "slow" else 0.0))  # fmt: skip
             sqlite_sweep.reset(lite)
             rates.setdefault(("sqlite", 1), []).append(_sweepers(lite, 1, batch))
+            sqlite_sweep.reset(slow_lite)
+            rates.setdefault(("slow-sqlite", 4), []).append(
+                _sweepers(slow_lite, 4, batch, latency=QUERY_LATENCY))
     remove_db(lite)
+    remove_db(slow_lite)
     one, raw_one = rates[("settled", 1)], rates[("raw", 1)]
     rows = [
         Row("postgres", f"sweep {due:,} due rows of {due * DUE_SHARE:,}, 1 daemon, PostgreSQL",
@@ -388,6 +394,11 @@ def sweep_scaling(due: int, batch: int, repeats: int, tmp: str) -> list[Row]:
             "rows/s", rates[("slow", n)], rates[("slow", 1)], "1 daemon, same checks",
             note="checks that wait on a provider: the daemons share the work, none waits",
         ))  # fmt: skip
+    rows.append(Row(
+        "postgres", "same, 4 daemons: PostgreSQL vs SQLite (one host)", "rows/s",
+        rates[("slow", 4)], rates[("slow-sqlite", 4)], "4 daemons on one SQLite file",
+        note="on one host SQLite's daemons share the work too; only PostgreSQL spans hosts",
+    ))  # fmt: skip
     return rows
 
 
