@@ -22,11 +22,11 @@ def main() -> int:
     before = rss_mb_self()
     settled = 0
     with Ledger.open(path) as led:
-        rec = Reconciler(led, null_registry(latency), batch=batch, actor="bench-daemon")
+        reconciler = Reconciler(led, null_registry(latency), batch=batch, actor="bench-daemon")
         t = time.perf_counter()
         t0 = time.time()
         while True:  # a daemon's ticks: bounded passes until nothing is due
-            report = rec.run_due(limit=batch * 10)
+            report = reconciler.run_due(limit=batch * 10)
             settled += len(report.changes)
             if not report.examined:
                 break

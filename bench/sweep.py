@@ -126,11 +126,11 @@ def interleaved_sweep(paths: dict[str, str], batch: int, rotate: int
 
     raw, leased = raw_conn(paths["raw"]), raw_conn(paths["leased"])
     led = Ledger.open(paths["settled"])
-    rec = Reconciler(led, null_registry(), batch=batch, actor="bench")
+    reconciler = Reconciler(led, null_registry(), batch=batch, actor="bench")
     steps = {
         "raw": lambda: raw_batch(raw, batch),
         "leased": lambda: raw_batch(leased, batch, lease=True),
-        "settled": lambda: len(rec.run_due(limit=batch).changes),
+        "settled": lambda: len(reconciler.run_due(limit=batch).changes),
     }
     order = list(SIDES[rotate % 3:] + SIDES[: rotate % 3])
     spent = dict.fromkeys(SIDES, 0.0)

@@ -26,9 +26,11 @@ _WHERE = {
     "EventKind": "model", "Status": "model", "Tier": "model", "build_strategy": "model",
     "Session": "session",
     "PassReport": "reconcile", "Reconciler": "reconcile",
+    "check": "agents", "tool": "agents",
 }  # fmt: skip
 
 if TYPE_CHECKING:
+    from .agents import check, tool
     from .clock import Clock, FakeClock
     from .config import Config
     from .dispatch import Dispatcher, DispatchSettings, Outcome, Report, Result, classify
@@ -113,5 +115,7 @@ __all__ = [
     "UnknownProvider",
     "UsageError",
     "build_strategy",
+    "check",
     "classify",
+    "tool",
 ]

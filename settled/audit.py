@@ -177,6 +177,16 @@ def answer(spec: OperationSpec) -> list[Answer]:
             "q2", "manual", "no query: a person verifies (settled resolve); declared honestly"
         )
         q3 = Answer("q3", "manual", "a person attests before CONFIRMED; never automatic")
+    if spec.queryable and tier in (Tier.FULL, Tier.RECONCILABLE) and not spec.predicate:
+        # A ruler must measure the effect (rule 10): a query that only checks that a
+        # resource exists confirms whatever answers 200 there.
+        q3 = Answer(
+            "q3",
+            "partly",
+            "the query has no predicate: any 2xx at its path counts as the effect; declare "
+            "status/applied or a match so that only the effect itself confirms",
+            True,
+        )
     if tier in (Tier.FULL, Tier.RECONCILABLE) and spec.queryable:
         q4 = Answer(
             "q4",

@@ -16,6 +16,7 @@ agree; a reboot takes a new anchor from the wall clock.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import overload
@@ -98,16 +99,28 @@ class SteadyClock(Clock):
     """Wall time at an anchor plus the steady time elapsed since it (see the module
     docstring). ``drift()`` says how far the system clock has been stepped since."""
 
-    def __init__(self, wall: datetime, at: float) -> None:
+    def __init__(
+        self,
+        wall: datetime,
+        at: float,
+        *,
+        source: Callable[[], float] = steady,
+        system: Callable[[], datetime] = utcnow,
+    ) -> None:
         self._wall = wall
         self._at = at
+        self._source = source  # the steady clock (tests pass a fake host's)
+        self._system = system  # the wall clock, read only to tell how far it drifted
 
     def now(self) -> datetime:
-        return self._wall + timedelta(seconds=steady() - self._at)
+        return self._wall + timedelta(seconds=self._source() - self._at)
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
 
     def drift(self) -> float:
         """System clock minus this clock, in seconds (positive: stepped forward)."""
-        return (utcnow() - self.now()).total_seconds()
+        return (self._system() - self.now()).total_seconds()
 
 
 class FakeClock(Clock):

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from . import checks
 from .errors import ConfigError
 
 TOP_KEYS = {"ledger", "dispatch", "reconcile", "daemon", "providers"}
@@ -78,14 +79,6 @@ def load(path: str | None) -> Config:
     return from_dict(data, source=str(path), base=p.resolve().parent)
 
 
-def _number(cfg: Config, key: str, value: Any, *, minimum: float = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{cfg.where(key)} must be a number, got {value!r}")
-    if value < minimum:
-        raise ConfigError(f"{cfg.where(key)} must be >= {minimum:g}, got {value!r}")
-    return float(value)
-
-
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -142,10 +135,9 @@ def from_dict(
                 if not isinstance(value, str) or not value:
                     raise ConfigError(f"{cfg.where(dotted)} must be a non-empty string")
             elif keys[key] is int:
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise ConfigError(f"{cfg.where(dotted)} must be a whole number >= 1")
+                checks.whole_number(cfg.where(dotted), value)
             else:
-                _number(cfg, dotted, value)
+                checks.number(cfg.where(dotted), value)
     ledger = data.get("ledger", {})
     if "path" in ledger:
         lp = Path(os.path.expanduser(ledger["path"]))

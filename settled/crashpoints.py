@@ -8,8 +8,9 @@ the default does nothing. Only a process entry point arms one, on a test's reque
 installed. Library code never reads the environment for it, so a stray variable
 cannot kill a real send.
 
-Points: ``before_claim``, ``before_commit:claimed``, ``after_claim``, ``after_send``
-(request written, reply not read), ``after_reply``, ``before_commit:<event kind>``
+Points: ``before_claim``, ``before_commit:claimed``, ``after_claim``, ``before_write``
+(connected, about to write the request: the last moment its lease is checked),
+``after_send`` (request written, reply not read), ``after_reply``, ``before_commit:<event kind>``
 (e.g. ``before_commit:outcome``), ``before_check``.
 """
 
@@ -27,6 +28,7 @@ POINTS = (
     "before_claim",
     "before_commit:claimed",
     "after_claim",
+    "before_write",
     "after_send",
     "after_reply",
     "before_commit:outcome",
@@ -47,6 +49,19 @@ def kill_at(point: str) -> Probe:
     def probe(name: str) -> None:
         if name == point:
             os.kill(os.getpid(), signal.SIGKILL)
+
+    return probe
+
+
+def pause_at(point: str) -> Probe:
+    """A probe that stops this process at ``point`` (SIGSTOP, as Ctrl-Z or a paused
+    VM would) until someone sends it SIGCONT; it passes each point once."""
+    passed: set[str] = set()
+
+    def probe(name: str) -> None:
+        if name == point and name not in passed:
+            passed.add(name)
+            os.kill(os.getpid(), signal.SIGSTOP)
 
     return probe
 
@@ -78,4 +93,4 @@ def hit(point: str) -> None:
         probe(point)
 
 
-__all__ = ["POINTS", "Probe", "active", "armed", "hit", "kill_at", "no_probe"]
+__all__ = ["POINTS", "Probe", "active", "armed", "hit", "kill_at", "no_probe", "pause_at"]

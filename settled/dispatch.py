@@ -117,11 +117,13 @@ class Dispatcher:
         action_id: str | None = None,
         needs_confirmation: bool = False,
     ) -> Report:
-        """Record an action and (unless it needs confirmation) dispatch it.
+        """Record an action and (unless it needs confirmation, asked here or declared
+        by the operation) dispatch it.
 
         An existing ``action_id`` with the same params returns that record and sends
         nothing; with other params it raises ``Conflict``."""
         spec = self.registry.operation(provider, operation)
+        needs_confirmation = needs_confirmation or bool(getattr(spec, "needs_confirmation", False))
         check_params_json(params)
         # A provider may refuse params it could never send: nothing is recorded.
         self.registry.check_params(provider, operation, params)

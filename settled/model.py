@@ -173,6 +173,7 @@ class Declared:
     carries_key: bool = False
     snapshots: bool = False
     query_by_object_id: bool = False
+    key_param: str | None = None  # the reconciliation key is this param's value
 
     @classmethod
     def of(cls, spec: Any) -> Declared:
@@ -190,6 +191,7 @@ class Declared:
             carries_key=bool(spec.carries_key),
             snapshots=bool(spec.snapshots),
             query_by_object_id=bool(spec.query_by_object_id),
+            key_param=getattr(spec, "key_param", None),
         )
 
     def to_json(self) -> dict[str, Any]:

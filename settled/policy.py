@@ -117,8 +117,9 @@ def new_record(
     """A new PENDING action with its strategy fixed before anything leaves."""
     at = to_text(now)
     strategy = build_strategy(
-        declared.tier, now, declared.consistency_window, carries_key=declared.carries_key
-    )
+        declared.tier, now, declared.consistency_window, carries_key=declared.carries_key,
+        key=business_key(declared, params),
+    )  # fmt: skip
     aid = action_id or "act-" + uuid.uuid4().hex[:20]
     return ActionRecord(
         action_id=aid,
@@ -144,6 +145,16 @@ def new_record(
         updated_at=at,
         declared=declared,
     )
+
+
+def business_key(declared: Declared, params: Any) -> str | None:
+    """The reconciliation key an operation takes from a param (an order number): the
+    same for every attempt, so a provider that enforces its uniqueness makes a create
+    idempotent across attempts. None: a generated key, new for each attempt."""
+    if declared.key_param is None or not isinstance(params, dict):
+        return None
+    value = params.get(declared.key_param)
+    return None if value is None or isinstance(value, bool) else str(value)
 
 
 @dataclass(frozen=True)
@@ -593,8 +604,9 @@ def reopen(rec: ActionRecord, declared: Declared, now: datetime, *, actor: str) 
     """``FAILED → PENDING``: attempt N+1 with a new idempotency key, guarded on N."""
     attempt = rec.attempt + 1
     strategy = build_strategy(
-        declared.tier, now, declared.consistency_window, carries_key=declared.carries_key
-    )
+        declared.tier, now, declared.consistency_window, carries_key=declared.carries_key,
+        key=business_key(declared, rec.params),
+    )  # fmt: skip
     values = {
         "attempt": attempt,
         "idempotency_key": idempotency_key(rec.action_id, attempt),

@@ -1,23 +1,31 @@
 """The process entry point tests use to arm a crash point:
 
     python -m settled.testing --crash-at after_claim dispatch sim send --params '{}'
+    python -m settled.testing --pause-at after_claim dispatch sim send --params '{}'
 
-runs the ``settled`` command line with ``crashpoints.kill_at(POINT)`` installed in
-every ledger, dispatcher and reconciler it makes. The ``settled`` command itself never
-arms one, whatever the environment says.
+runs the ``settled`` command line with a probe installed in every ledger, dispatcher
+and reconciler it makes: ``--crash-at`` SIGKILLs the process at that point,
+``--pause-at`` stops it there (SIGSTOP; the test sends SIGCONT), as Ctrl-Z or a
+paused VM would. The ``settled`` command itself never arms one, whatever the
+environment says.
 """
 
 from __future__ import annotations
 
 import sys
 
-from .crashpoints import POINTS, kill_at
+from .crashpoints import POINTS, kill_at, pause_at
+
+ARMS = {"--crash-at": kill_at, "--pause-at": pause_at}
 
 
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) < 2 or args[0] != "--crash-at":
-        print("usage: python -m settled.testing --crash-at POINT SETTLED-ARGS...", file=sys.stderr)
+    if len(args) < 2 or args[0] not in ARMS:
+        print(
+            "usage: python -m settled.testing (--crash-at|--pause-at) POINT SETTLED-ARGS...",
+            file=sys.stderr,
+        )
         sys.exit(2)
     point = args[1]
     if point not in POINTS and not point.startswith("before_commit:"):
@@ -26,7 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     from .cli import common
     from .cli import main as cli_main
 
-    common.STATE.probe = kill_at(point)
+    common.STATE.probe = ARMS[args[0]](point)
     cli_main(args[2:])
 
 

@@ -187,11 +187,13 @@ def sim_config(tmp_path: Path, sim: SimServer) -> Path:
     return write_config(tmp_path / "settled.toml", {"sim": sim_conf(sim)})
 
 
-def command(args: tuple[str, ...], crash_at: str | None) -> list[str]:
-    """`settled ARGS` as a real process; with ``crash_at``, through the entry point
-    that arms that crash point (``settled.testing``)."""
+def command(args: tuple[str, ...], crash_at: str | None, pause_at: str | None = None) -> list[str]:
+    """`settled ARGS` as a real process; with ``crash_at`` (or ``pause_at``), through
+    the entry point that arms that crash point (``settled.testing``)."""
     if crash_at:
         return [sys.executable, "-m", "settled.testing", "--crash-at", crash_at, *args]
+    if pause_at:
+        return [sys.executable, "-m", "settled.testing", "--pause-at", pause_at, *args]
     return [sys.executable, "-m", "settled", *args]
 
 
@@ -212,11 +214,11 @@ def run_cli(*args: str, env: dict[str, str] | None = None, input: str | None = N
 
 
 def popen_cli(*args: str, env: dict[str, str] | None = None,
-              crash_at: str | None = None) -> subprocess.Popen[str]:
+              crash_at: str | None = None, pause_at: str | None = None) -> subprocess.Popen[str]:
     full_env = dict(os.environ)
     full_env.update(env or {})
     return subprocess.Popen(
-        command(args, crash_at),
+        command(args, crash_at, pause_at),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

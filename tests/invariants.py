@@ -135,6 +135,8 @@ def check(
             assert effects == 1, f"{where}: CONFIRMED without an applied effect"
             assert rec.acceptance is Acceptance.APPLIED and rec.confirmed_by, where
         if rec.status is Status.FAILED:
+            # No late effect after FAILED: once FAILED, no request of the attempt can
+            # still land (rule 9), so the provider never shows an effect later.
             assert effects == 0, f"{where}: FAILED although the effect was applied"
             assert rec.acceptance is Acceptance.NOT_APPLIED, where
         known = {f"{aid}:{n}" for n in range(1, rec.attempt + 1)}
@@ -160,6 +162,26 @@ def check(
     return statuses
 
 
+def contradictions_block_retry(ledger: Ledger, dispatcher: Any, server: SimServer | None) -> int:
+    """Every record flagged with a contradiction refuses ``retry`` and sends nothing;
+    returns how many there are."""
+    from settled.errors import TransitionNotAllowed
+
+    flagged = [r for r in all_records(ledger) if r.contradiction is not None]
+    for rec in flagged:
+        sent = len(server.requests_for(rec.action_id)) if server is not None else 0
+        try:
+            dispatcher.retry(rec.action_id)
+        except TransitionNotAllowed:
+            pass
+        else:
+            raise AssertionError(f"{rec.action_id}: retry went ahead despite {rec.contradiction}")
+        if server is not None:
+            assert len(server.requests_for(rec.action_id)) == sent, rec.action_id
+        assert ledger.get(rec.action_id).attempt == rec.attempt, rec.action_id
+    return len(flagged)
+
+
 # ------------------------------------------------------------------------ driving
 
 
@@ -174,11 +196,11 @@ def settle(
     """Run reconciliation passes (real time) until no record has a check scheduled.
     Returns the number of passes. Bounded by ``timeout`` seconds."""
     clock = clock or Clock()
-    rec = Reconciler(ledger, registry, clock=clock, lease=lease)
+    reconciler = Reconciler(ledger, registry, clock=clock, lease=lease)
     deadline = time.monotonic() + timeout
     passes = 0
     while True:
-        rec.run_due()
+        reconciler.run_due()
         passes += 1
         pending = [r.next_check_at for r in ledger.query() if r.next_check_at is not None]
         if not pending:

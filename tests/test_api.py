@@ -22,7 +22,8 @@ def test_exported_members() -> None:
         "Event", "EventKind", "FakeClock", "InvalidInput", "Ledger", "LedgerBusy", "LedgerError",
         "NotFound", "Outcome", "OutcomeNotRecorded", "PassReport", "Reconciler", "Report",
         "Result", "Session", "SettledError", "Status", "Tier",
-        "TransitionNotAllowed", "UnknownProvider", "UsageError", "build_strategy", "classify",
+        "TransitionNotAllowed", "UnknownProvider", "UsageError", "build_strategy", "check",
+        "classify", "tool",
     }
 
 

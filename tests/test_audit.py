@@ -43,7 +43,7 @@ class Scripted(BaseProvider):
     def __init__(self, clock: FakeClock) -> None:
         self.clock = clock
         self.sent: dict[str, tuple[datetime, Mapping[str, Any]]] = {}
-        common = {"verify_interval": 10.0, "attempts": 1}
+        common = {"verify_interval": 10.0, "attempts": 1, "predicate": True}
         self._ops = {
             "send": OperationSpec(
                 "send",
@@ -129,10 +129,10 @@ def seeded(ledger: Ledger) -> tuple[Ledger, dict[tuple[str, str], OperationSpec]
     for i in range(8):
         send("create", proof=i < 2, visible_after=0)
     send("notify")
-    rec = Reconciler(ledger, registry, clock=clock, lease=5.0)
+    reconciler = Reconciler(ledger, registry, clock=clock, lease=5.0)
     for _ in range(40):  # 400 s of fake time, in 10 s steps
         clock.advance(10)
-        rec.run_due()
+        reconciler.run_due()
     specs = {("api", name): spec for name, spec in provider.operations().items()}
     return ledger, specs
 
@@ -215,9 +215,19 @@ def test_attempts_without_dedupe_is_one_budget() -> None:
 
 
 def test_history_needs_enough_evidence(mem_ledger: Ledger) -> None:
-    spec = OperationSpec("x", Tier.RECONCILABLE, queryable=True)
+    spec = OperationSpec("x", Tier.RECONCILABLE, queryable=True, predicate=True)
     report = audit(mem_ledger, {("p", "x"): spec})
     assert report.debt == [] and MIN_EVIDENCE > 1
+
+
+@pytest.mark.parametrize("tier", [Tier.FULL, Tier.RECONCILABLE])
+def test_a_query_without_a_predicate_is_debt(tier: Tier) -> None:
+    """Rule 10: a query that only checks that something answers at its path
+    measures nothing; the audit says so."""
+    q3 = answer(OperationSpec("x", tier, queryable=True, proof="201"))[2]
+    assert (q3.answer, q3.debt) == ("partly", True) and "no predicate" in q3.why
+    fine = answer(OperationSpec("x", tier, queryable=True, proof="201", predicate=True))[2]
+    assert (fine.answer, fine.debt) == ("yes", False)
 
 
 def test_cli_audit_exit_code_and_json(tmp_path: Path, ledger: Ledger) -> None:

@@ -213,18 +213,25 @@ def test_book_is_confirmed_by_the_reply_and_queryable(
     assert events_in(radicale, calendar) == 1
 
 
-def test_rebook_after_lost_reply_is_412_and_confirmed(
+def test_rebook_after_lost_reply_is_a_412_conflict_that_the_query_settles(
     radicale: str, calendar: str, ledger: Ledger, env: None
 ) -> None:
+    """The 412 is never proof (rule 10): it is reported as a conflict, with the UID as
+    the object id, and the event is read before the booking counts as made."""
     proxy = LossyProxy(radicale, "PUT")
     try:
         with registry_for(proxy.url, calendar) as reg:
             rec = dispatcher(ledger, reg).submit("cal", "book", BOOKING, action_id="b2").record
+            assert rec.confirmed_by != "provider", rec.reason
+            assert rec.provider_object_id == rec.reconciliation_key
+            if not rec.terminal:
+                Reconciler(ledger, reg, lease=5.0).run_ids(["b2"])
+            rec = ledger.get("b2")
     finally:
         proxy.close()
     # Radicale created it; we never heard.
     assert [line.split(b" ", 1)[1] for line in proxy.dropped] == [b"201 Created"]
-    assert (rec.status, rec.confirmed_by) == (Status.CONFIRMED, "provider"), rec.reason
+    assert rec.status is Status.CONFIRMED and rec.confirmed_by != "provider", rec.reason
     [outcome] = [e for e in ledger.events("b2") if e.kind == "outcome"]
     assert [(t["wire"], t["status_code"]) for t in outcome.detail["tries"]] == [
         ("no_answer", None),

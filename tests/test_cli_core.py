@@ -73,7 +73,8 @@ def test_exit_code_follows_status(sim_config: Path, sim: SimServer, op: str, fau
     assert p.returncode == code, p.stderr
     assert json.loads(p.stdout)["status"] == status
     human = run_cli("show", "x")
-    assert human.returncode == code and status in human.stdout
+    assert human.returncode == 0 and status in human.stdout  # found: 0, whatever the status
+    assert run_cli("show", "x", "--exit-status").returncode == code
 
 
 def test_params_from_file_and_stdin(sim_config: Path, sim: SimServer, tmp_path: Path) -> None:
@@ -140,7 +141,7 @@ def test_usage_error_is_exit_2(sim_config: Path) -> None:
         ('[providers.x]\ntype = "nope"\n', "unknown provider type 'nope'"),
         ("[providers.x\n", "invalid TOML"),
         ("[ledgr]\npath='a'\n", "unknown section"),
-        ('[dispatch]\nlease_grace = "long"\n', "dispatch.lease_grace must be a number"),
+        ('[dispatch]\nlease_grace = "long"\n', "dispatch.lease_grace: must be a number"),
         ('[providers.x]\nbase_url = "http://127.0.0.1:1"\n', "providers.x.type: missing"),
     ],
 )
@@ -198,8 +199,12 @@ def test_locked_ledger_gives_a_clear_error_and_sends_nothing(sim_config: Path, s
 
 
 def test_queue_lists_unresolved_and_fail_if_any(sim_config: Path, sim: SimServer) -> None:
+    p = run_cli("queue", "--fail-if-any")  # no ledger yet: a monitor must not pass silently
+    assert p.returncode == 1 and "no ledger at" in p.stderr
+    assert not Path(os.environ["SETTLED_DB"]).exists()
+    run_cli("dispatch", "sim", "book", "--action-id", "q0")
     p = run_cli("queue", "--fail-if-any")
-    assert p.returncode == 0 and "empty" in p.stdout
+    assert p.returncode == 0 and p.stdout.startswith("action\t") and len(p.stdout.splitlines()) == 1
     sim.plan("q1", "timeout_after_apply")
     run_cli("dispatch", "sim", "send", "--action-id", "q1")
     run_cli("dispatch", "sim", "notify", "--action-id", "q2")

@@ -77,7 +77,8 @@ def test_bad_filters_are_one_line_errors(filled: Ledger, args: tuple[str, ...], 
 def test_fail_if_any_is_for_monitors(filled: Ledger) -> None:
     assert run_cli("queue", "--fail-if-any").returncode == 4
     assert run_cli("queue", "--older-than", "1h", "--fail-if-any").returncode == 0
-    assert run_cli("queue", "--provider", "nobody", "--fail-if-any").returncode == 0
+    typo = run_cli("queue", "--provider", "nobody", "--fail-if-any")  # a typo is no empty queue
+    assert typo.returncode == 1 and "known: other, sim" in typo.stderr
 
 
 def test_show_renders_the_full_timeline(filled: Ledger) -> None:
@@ -94,5 +95,6 @@ def test_show_renders_the_full_timeline(filled: Ledger) -> None:
     text = " ".join(human.stdout.split())
     for needle in ("operator:carol", "resolved", "ticket 77", "customer called", "blind"):
         assert needle in text
-    assert run_cli("show", "auto").returncode == 4
+    assert run_cli("show", "auto").returncode == 0
+    assert run_cli("show", "auto", "--exit-status").returncode == 4
     assert run_cli("show", "nope").returncode == 6

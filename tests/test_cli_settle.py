@@ -149,8 +149,16 @@ def test_resolve_is_refused_where_evidence_decides(
     assert snapshot(ledger, "a") == before
 
 
-def test_resolve_unknown_id_exits_6(sim_config: Path) -> None:
+def test_resolve_unknown_id_exits_6(make: Any) -> None:
+    make("a")
     assert run_cli("resolve", "nope", "--applied", "--reason", "x").returncode == 6
+
+
+def test_resolve_without_a_ledger_names_its_path_and_creates_none(sim_config: Path,
+                                                                   db_path: Path) -> None:
+    out = run_cli("resolve", "nope", "--applied", "--reason", "x")
+    assert out.returncode == 1 and f"no ledger at {db_path}" in out.stderr
+    assert not db_path.exists()
 
 
 def test_resolve_defaults_to_the_os_user_and_keeps_the_evidence(
@@ -200,7 +208,7 @@ def test_retry_after_resolve_not_applied_opens_attempt_two(
     make: Any, ledger: Ledger, sim: SimServer
 ) -> None:
     make("n", "notify")
-    assert run_cli("resolve", "n", "--not-applied", "--reason", "never arrived").returncode == 5
+    assert run_cli("resolve", "n", "--not-applied", "--reason", "never arrived").returncode == 0
     out = run_cli("retry", "n", "--json")
     assert out.returncode == 4  # blind again: a person verifies attempt 2 as well
     rec = json.loads(out.stdout)

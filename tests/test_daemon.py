@@ -3,15 +3,19 @@ one ledger, counted at the sim server's ground truth."""
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
+import os
 import select
 import signal
 import socket
 import subprocess
 import sys
+import termios
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +48,30 @@ def fill(db_path: Path, sim: SimServer, plan: dict[str, str], **over: Any) -> di
     finally:
         reg.close()
     return keys
+
+
+def drain(proc: subprocess.Popen[str]) -> Callable[[], str]:
+    """Read ``proc``'s stderr while it runs, as a log collector does (a pipe nobody reads
+    fills up and blocks the daemon's next log line). Returns a function that waits for
+    the end of the stream and gives the text."""
+    assert proc.stderr is not None
+    stream, out = proc.stderr, []
+
+    def read() -> None:
+        with stream:
+            out.append(stream.read())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+
+    def rest() -> str:
+        reader.join(20)
+        assert out, "the process never closed its stderr"
+        if proc.stdout is not None:
+            proc.stdout.close()
+        return out[0]
+
+    return rest
 
 
 @pytest.fixture
@@ -102,6 +130,7 @@ def test_two_daemons_and_a_cron_pass_share_one_ledger(
     keys = fill(db_path, sim, plan, **conf)
     write_config(tmp_path / "settled.toml", {"sim": sim_conf(sim, **conf)}, reconcile={"batch": 15})
     daemons = [popen_cli("daemon", "--interval", "0.1") for _ in range(2)]
+    logs = [drain(p) for p in daemons]
     try:
         cron = run_cli("reconcile", "--due", "--json")
         assert cron.returncode == 0, cron.stderr
@@ -116,7 +145,9 @@ def test_two_daemons_and_a_cron_pass_share_one_ledger(
     finally:
         for p in daemons:
             p.send_signal(signal.SIGTERM)
-        errs = [p.communicate(timeout=20)[1] for p in daemons]
+        for p in daemons:
+            p.wait(timeout=20)
+        errs = [log() for log in logs]
     assert [p.returncode for p in daemons] == [0, 0], errs
     with Ledger.open(db_path) as led:
         final = {aid: led.get(aid) for aid in plan}
@@ -132,6 +163,64 @@ def test_two_daemons_and_a_cron_pass_share_one_ledger(
     settled += [c["action_id"] for c in json.loads(cron.stdout)["changes"]]
     assert sorted(settled) == sorted(plan)
     assert all(len(sim.requests_for(aid)) == 1 for aid in plan)
+
+
+@pytest.mark.skipif(not hasattr(fcntl, "F_SETPIPE_SZ"), reason="needs Linux pipe sizes")
+def test_a_stalled_log_reader_does_not_lock_the_ledger(
+    tmp_path: Path, sim: SimServer, db_path: Path
+) -> None:
+    """The daemon logs every move to stderr. When the reader of that stream stalls, the
+    daemon blocks on its next line; it must not block holding the ledger's write lock,
+    or every other writer of the ledger (here a cron pass) waits into LedgerBusy."""
+    plan = {f"ok{i:03}": "ok" for i in range(120)}
+    keys = fill(db_path, sim, plan)
+    write_config(tmp_path / "settled.toml", {"sim": sim_conf(sim)}, reconcile={"batch": 15})
+    r, w = os.pipe()
+    size = fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4096)  # room for ~15 log lines
+    daemon = subprocess.Popen([sys.executable, "-m", "settled", "daemon", "--interval", "0.1"],
+                              stdout=subprocess.DEVNULL, stderr=w, cwd=str(ROOT))
+    os.close(w)
+    log = b""
+    try:
+        # Nobody reads the daemon's stderr: wait until it is full and stays full.
+        end, last, since = time.monotonic() + 30, -1, time.monotonic()
+        while True:
+            buf = bytearray(4)
+            fcntl.ioctl(r, termios.FIONREAD, buf)
+            filled = int.from_bytes(buf, sys.byteorder)
+            if filled != last:
+                last, since = filled, time.monotonic()
+            elif filled > size // 2 and time.monotonic() - since > 1.0:
+                break
+            assert time.monotonic() < end, f"the daemon's log never filled its pipe ({filled} B)"
+            time.sleep(0.05)
+        cron = run_cli("reconcile", "--due", "--json", env={"SETTLED_BUSY_TIMEOUT": "5"})
+        assert cron.returncode == 0, cron.stderr
+        assert json.loads(cron.stdout)["changes"]  # it settled what the daemon had not leased
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        end = time.monotonic() + 20
+        while time.monotonic() < end:  # read the log now: the daemon finishes and exits
+            if select.select([r], [], [], 0.5)[0]:
+                chunk = os.read(r, 65536)
+                if not chunk:
+                    break
+                log += chunk
+        os.close(r)
+        if daemon.poll() is None:
+            daemon.kill()
+        daemon.wait(timeout=20)
+    assert daemon.returncode == 0, log.decode()
+    again = run_cli("reconcile", "--due", "--json")  # what the daemon handed back on SIGTERM
+    assert again.returncode == 0, again.stderr
+    settled = [e["action_id"] for e in lines(log.decode()) if e["event"] == "transition"]
+    settled += [c["action_id"] for out in (cron, again) for c in json.loads(out.stdout)["changes"]]
+    assert sorted(settled) == sorted(plan)  # each settled once, and reported once
+    with Ledger.open(db_path) as led:
+        for aid in plan:
+            rec = led.get(aid)
+            assert rec.status is Status.CONFIRMED and rec.checks == 1, aid
+            assert sim.queries_for(keys[aid]) == 1, aid
 
 
 def test_once_logs_one_json_line_per_transition(

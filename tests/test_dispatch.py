@@ -277,3 +277,17 @@ def test_every_move_is_an_event_in_order(d: Dispatcher, ledger: Ledger) -> None:
         ("claimed", "PENDING", "IN_FLIGHT"),
         ("outcome", "IN_FLIGHT", "CONFIRMED"),
     ]
+
+
+def test_an_operation_declared_to_need_confirmation_only_records(
+    ledger: Ledger, sim: SimServer
+) -> None:
+    ops = {"send": {"tier": "full", "attempts": 1, "needs_confirmation": True,
+                    "request": {"method": "POST", "path": "/v1/book"}}}  # fmt: skip
+    with Registry({"api": {"type": "http", "base_url": sim.url, "operations": ops}}) as reg:
+        d = Dispatcher(ledger, reg)
+        rep = d.submit("api", "send", {"action_id": "nc"}, action_id="nc")
+        assert rep.outcome is Outcome.RECORDED and sim.requests_for("nc") == []
+        assert reg.operation("api", "send").to_json()["needs_confirmation"] is True
+        assert d.confirm("nc").outcome is Outcome.DISPATCHED
+    assert len(sim.requests_for("nc")) == 1

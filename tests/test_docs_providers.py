@@ -23,7 +23,8 @@ def blocks(lang: str) -> list[str]:
 def test_worked_examples_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MAIL_TOKEN", "x")
     monkeypatch.setenv("CAL_PASSWORD", "y")
-    toml = [b for b in blocks("toml") if "[providers." in b]
+    monkeypatch.setenv("SHOP_TOKEN", "z")
+    toml = [b for b in blocks("toml") if "[providers.mail]" in b or "[providers.cal]" in b]
     assert len(toml) == 2
     for i, text in enumerate(toml):
         path = tmp_path / f"example{i}.toml"
@@ -65,3 +66,14 @@ def test_quoted_errors_are_real(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def test_cli_help_mentions_audit() -> None:
     out = run_cli("providers", "audit", "--help")
     assert out.returncode == 0 and "exit 4" in out.stdout.lower().replace("\n", " ")
+
+
+def test_the_request_shape_example_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tomllib
+
+    monkeypatch.setenv("SHOP_TOKEN", "z")
+    [text] = [b for b in blocks("toml") if "[providers.shop]" in b]
+    cfg = config.from_dict(tomllib.loads(text), source="providers.md")
+    with Registry(cfg.providers, source="providers.md") as reg:
+        spec = reg.operation("shop", "order")
+    assert (spec.key_param, spec.conflict_statuses, spec.predicate) == ("order_number", (409,), True)

@@ -199,7 +199,7 @@ def test_partial_is_delivered_then_queued_past_its_window_then_resolved(
     assert queued.returncode == 4 and json.loads(queued.stdout)[0]["action_id"] == "p"
     res = run_cli("resolve", "p", "--not-applied", "--reason", "recipient never got it",
                   "--object-id", out["provider_object_id"])
-    assert res.returncode == 5, res.stderr
+    assert res.returncode == 0, res.stderr  # a recorded verdict exits 0, whichever it is
     final = record(db_path, "p")
     assert final["status"] == "FAILED" and final["confirmed_by"] is None
     assert final["events"][-1]["detail"]["object_id"] == out["provider_object_id"]

@@ -75,13 +75,13 @@ def server() -> Iterator[SimServer]:
 def settle(ledger: Ledger, registry: Registry, aid: str) -> Any:
     """Run verification for one record until it is terminal or only a person can
     settle it (bounded: a few seconds at most)."""
-    rec = Reconciler(ledger, registry, lease=5.0)
+    reconciler = Reconciler(ledger, registry, lease=5.0)
     stop = time.monotonic() + 5
     while time.monotonic() < stop:
         r = ledger.get(aid)
         if r.terminal or (r.status is Status.DENIED_UNRESOLVED and not r.next_check_at):
             return r
-        rec.run_ids([aid])
+        reconciler.run_ids([aid])
         time.sleep(0.02)
     return ledger.get(aid)
 
@@ -265,12 +265,12 @@ def test_request_carries_key_header_and_body() -> None:
         query={"path": "/things/{reconciliation_key}"},
     )
     with client:
-        r = p.execute(req(key="a b/c"))
+        r = p.execute(req(key="a b?c"))
     assert r.object_id == "7"
     [sent] = seen
-    assert sent.method == "PUT" and sent.url.raw_path == b"/things/a%20b%2Fc"
+    assert sent.method == "PUT" and sent.url.raw_path == b"/things/a%20b%3Fc"
     assert sent.headers["X-Idem"] == "a1:1"
-    assert json.loads(sent.content) == {"x": 1, "ref": "a b/c"}
+    assert json.loads(sent.content) == {"x": 1, "ref": "a b?c"}
 
 
 @pytest.mark.parametrize(
@@ -305,7 +305,7 @@ def test_query_by_object_id_needs_the_reply() -> None:
 
     def handler(request: httpx.Request) -> httpx.Response:
         urls.append(str(request.url))
-        return httpx.Response(200, json={})
+        return httpx.Response(200, json={"id": "t 1"})
 
     p, client = provider_with(
         handler,
@@ -315,9 +315,11 @@ def test_query_by_object_id_needs_the_reply() -> None:
     )
     with client:
         lost = p.query(target(oid=None))
-        found = p.query(target(oid="t/1"))
+        found = p.query(target(oid="t 1"))
+        refused = p.query(target(oid=".."))
     assert lost.seen is Seen.UNKNOWN and "never arrived" in lost.detail
-    assert found.seen is Seen.APPLIED and urls == ["https://api.example.com/things/t%2F1"]
+    assert found.seen is Seen.APPLIED and urls == ["https://api.example.com/things/t%201"]
+    assert refused.seen is Seen.UNKNOWN and "another resource" in refused.detail
     assert p.operations()["op"].query_by_object_id
 
 

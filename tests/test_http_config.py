@@ -187,10 +187,14 @@ def test_cli_surfaces_config_errors_and_leaves_the_ledger(tmp_path: Path) -> Non
     assert not db.exists() or "mail" not in run_cli("queue", "--status", "all", "--json").stdout
 
 
-def test_full_operation_cannot_take_a_404_as_proof() -> None:
+def test_full_operation_may_declare_a_404_as_proof_of_absence() -> None:
+    """Allowed since rule 9: a 404 counts only after the record's landing time, which
+    the core enforces; the declaration is visible as ``absence_proof``."""
     conf = with_change("operations.send.tier", "full")
     conf["operations"]["send"]["not_found"] = "not_applied"
-    with pytest.raises(
-        ConfigError, match=r'operations\.send\.not_found: .* use not_found = "pending"'
-    ):
-        build(conf)
+    reg = Registry({"mail": conf}, source="settled.toml")
+    try:
+        spec = reg.operation("mail", "send")
+    finally:
+        reg.close()
+    assert spec.absence_proof is True and spec.window == 0.0

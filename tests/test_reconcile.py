@@ -272,3 +272,43 @@ def test_the_due_scan_walks_the_due_index(ledger: Ledger, reg: Registry, clock: 
     assert scans
     plan = " ".join(str(r[-1]) for r in ledger.conn.execute("EXPLAIN QUERY PLAN " + scans[0]))
     assert "actions_due" in plan and "TEMP B-TREE" not in plan, plan
+
+
+def test_moves_that_never_commit_are_never_reported(
+    ledger: Ledger, reg: Registry, sim: SimServer, clock: FakeClock
+) -> None:
+    """The daemon logs a transition from ``on_change``: it must only ever hear of moves
+    that are durable. When the commit of a batch's results fails, nothing is reported
+    and the rows are checked again once the lease ends."""
+    from settled.errors import LedgerBusy
+    from settled.storage.sqlite import SqliteLedger
+
+    d = Dispatcher(ledger, reg, clock=clock)
+    for aid in ("c1", "c2"):
+        d.submit("sim", "send", {"to": "x"}, action_id=aid)
+    assert isinstance(ledger, SqliteLedger)
+
+    class CommitFails(SqliteLedger):
+        """Every commit of results fails (alone, or with the next batch's lease)."""
+
+        def commit(self, moves: Any) -> list[bool]:
+            raise LedgerBusy("ledger x is locked by another writer; commit results did not happen")
+
+        def lease_due(self, **kw: Any) -> Any:
+            if kw.get("pending"):
+                raise LedgerBusy("ledger x is locked by another writer; lease did not happen")
+            return super().lease_due(**kw)
+
+    broken = CommitFails(ledger.conn, ledger.path, 0.1)
+    heard: list[str] = []
+    clock.advance(11)  # past the window: both are due
+    with pytest.raises(LedgerBusy):
+        Reconciler(broken, reg, clock=clock, on_change=lambda ch: heard.append(ch.action_id),
+                   on_check=lambda ch: heard.append(ch.action_id)).run_due()  # fmt: skip
+    assert heard == []
+    assert sim.queries_for(ledger.get("c1").reconciliation_key) == 1  # it was checked
+    assert {ledger.get(a).status for a in ("c1", "c2")} == {Status.AWAITING_VERIFICATION}
+    clock.advance(120)  # the reconciler's lease ends: checked again, and now reported
+    Reconciler(ledger, reg, clock=clock, on_change=lambda ch: heard.append(ch.action_id)).run_due()
+    assert sorted(heard) == ["c1", "c2"]
+    assert {ledger.get(a).status for a in ("c1", "c2")} == {Status.CONFIRMED}

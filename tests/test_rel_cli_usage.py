@@ -45,7 +45,7 @@ def test_out_of_range_values_are_bad_input_not_internal_errors(argv: list[str]) 
     assert "internal error" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
-def test_a_limit_beyond_sqlite_integers_just_lists_everything() -> None:
+def test_a_limit_beyond_sqlite_integers_just_lists_everything(ledger: object) -> None:
     done = run_cli("queue", "--status", "all", "--limit", "99999999999999999999999", "--json")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

@@ -246,9 +246,9 @@ def test_sql_injection_in_ids_and_filters(env: dict[str, Any], evil: str) -> Non
         code, out, err = cli(*argv)
         assert_clean(code, out, err, argv)
         assert code == 6 and dump(env["db"]) == before
-    # filters match literally
-    code, out, _ = cli("queue", "--status", "all", "--provider", evil, "--json")
-    assert code == 0 and json.loads(out) == []
+    # filters match literally: a provider nobody has is an error that lists the real names
+    code, out, err = cli("queue", "--status", "all", "--provider", evil, "--json")
+    assert code == 1 and out == "" and "known: sim" in err and dump(env["db"]) == before
     code, _, err = cli("queue", "--status", evil)
     assert code == 1 and dump(env["db"]) == before
     # an id is stored and found literally

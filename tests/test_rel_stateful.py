@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -34,9 +35,10 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from invariants import budget, check, scaled
+from invariants import budget, check, contradictions_block_retry, scaled
 
-from settled.clock import FakeClock
+from settled.clock import FakeClock, SteadyClock
+from settled.crashpoints import no_probe
 from settled.dispatch import Dispatcher, DispatchSettings, Outcome
 from settled.errors import Conflict, TransitionNotAllowed
 from settled.ledger import Ledger
@@ -115,6 +117,43 @@ class Crashy:
         self.inner.close()
 
 
+class FakeHost:
+    """A host's two clocks, as the machine drives them: a steady one that only moves
+    forward with time, and a wall clock that can also be stepped."""
+
+    def __init__(self) -> None:
+        self.steady = 1000.0
+        self.wall = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def advance(self, seconds: float) -> None:
+        self.steady += seconds
+        self.wall += timedelta(seconds=seconds)
+
+    def step(self, seconds: float) -> None:
+        self.wall += timedelta(seconds=seconds)
+
+    def process_clock(self, anchor: tuple[datetime, float]) -> SteadyClock:
+        """The clock a process on this host gets: the boot's anchor, then steady time."""
+        return SteadyClock(*anchor, source=lambda: self.steady, system=lambda: self.wall)
+
+
+class HostClock(FakeClock):
+    """The FakeClock API the rules use, over a FakeHost's steady clock."""
+
+    def __init__(self, host: FakeHost, anchor: tuple[datetime, float]) -> None:
+        self.host = host
+        self.inner = host.process_clock(anchor)
+
+    def now(self) -> datetime:
+        return self.inner.now()
+
+    def sleep(self, seconds: float) -> None:
+        self.host.advance(seconds)
+
+    def advance(self, seconds: float) -> None:
+        self.host.advance(seconds)
+
+
 class LedgerMachine(RuleBasedStateMachine):
     server: dict[bool, SimServer]
     client: httpx.Client
@@ -124,7 +163,9 @@ class LedgerMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.clock = FakeClock()
+        self.host = FakeHost()
+        self.anchor = (self.host.wall, self.host.steady)  # this boot's, as the ledger keeps it
+        self.clock = HostClock(self.host, self.anchor)
         self.location = ":memory:" if self.backend == "sqlite" else pg.new_schema()
         self.ledger = Ledger.open(self.location)
         self.ids: list[str] = []
@@ -150,6 +191,12 @@ class LedgerMachine(RuleBasedStateMachine):
         self.registry = Registry({"sim": conf}, source="test", client=self.client)
         self.provider = Crashy(self.registry.provider("sim"))
         self.registry.add(self.provider)
+        self._new_processes()
+
+    def _new_processes(self) -> None:
+        """A dispatcher and a reconciler as new processes would make them: each reads
+        the host's clock from the boot's anchor."""
+        self.clock = HostClock(self.host, self.anchor)
         self.dispatcher = Dispatcher(
             self.ledger, self.registry, clock=self.clock,
             settings=DispatchSettings(lease_grace=2.0, backoff=0.05), actor="machine",
@@ -250,7 +297,7 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(aid=actions)
     def retry(self, aid: str) -> None:
         before = self.ledger.get(aid)
-        if before.status is not Status.FAILED:
+        if before.status is not Status.FAILED or before.contradiction:
             sent = self._requests()
             with pytest.raises(TransitionNotAllowed):
                 self.dispatcher.retry(aid)
@@ -283,7 +330,7 @@ class LedgerMachine(RuleBasedStateMachine):
         applied = self.sim.effects_for(aid) > 0  # a truthful operator
         allowed = rec.status is Status.DENIED_UNRESOLVED or (
             rec.status is Status.AWAITING_VERIFICATION and rec.requires_manual_verification
-        )
+        ) or (rec.terminal and rec.contradiction is not None)
         if not allowed:
             with pytest.raises(TransitionNotAllowed):
                 resolve(self.ledger, aid, applied=applied, reason="checked", by=who,
@@ -293,8 +340,10 @@ class LedgerMachine(RuleBasedStateMachine):
         done = resolve(self.ledger, aid, applied=applied, reason="checked by hand", by=who,
                        now=self.clock.now(), evidence="ticket 1")
         assert done.status is (Status.CONFIRMED if applied else Status.FAILED)
+        assert done.contradiction is None
         last = self.ledger.events(aid)[-1]
-        assert (last.kind, last.actor) == ("resolved", f"operator:{who}")
+        kind = "note" if rec.terminal and rec.status is done.status else "resolved"
+        assert (last.kind, last.actor) == (kind, f"operator:{who}")
         if applied:
             assert done.confirmed_by == f"operator:{who}"
         STATS["resolve:done"] += 1
@@ -313,6 +362,43 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(seconds=st.sampled_from([0.1, 0.6, 1.5, 4.0, 30.0]))
     def time_passes(self, seconds: float) -> None:
         self.clock.advance(seconds)
+
+    @rule(seconds=st.sampled_from([-3600.0, -5.0, 5.0, 3600.0]))
+    def clock_steps(self, seconds: float) -> None:
+        """The system clock is stepped; processes started afterwards read the same
+        ledger time (the boot's anchor plus steady time): nothing is decided by it."""
+        before, drift = self.clock.now(), self.clock.inner.drift()
+        self.host.step(seconds)
+        self._new_processes()
+        assert self.clock.now() == before
+        assert abs(self.clock.inner.drift() - drift - seconds) < 1e-6
+        STATS["clock_step"] += 1
+
+    @rule(target=actions, op=st.sampled_from(OPS), fault=st.sampled_from(FAULTS),
+          looked=st.booleans())
+    def dispatcher_stalls_past_its_lease(self, op: str, fault: str, looked: bool) -> str:
+        """Stopped right after its claim commits, for longer than its lease (Ctrl-Z, a
+        paused VM, slow DNS), with or without a reconciler taking the record over
+        meanwhile: it never sends, and the record ends FAILED (nothing left)."""
+        aid = self._new_id()
+        self.params[aid] = {"name": f"n-{aid}", "value": 0}
+        self.sim.plan(aid, fault)
+
+        def stall(point: str) -> None:
+            if point == "after_claim":
+                self.clock.advance(60.0)
+                if looked:
+                    self.reconciler.run_due()
+
+        self.dispatcher.probe = stall
+        try:
+            self.dispatcher.submit("sim", op, self.params[aid], action_id=aid)
+        finally:
+            self.dispatcher.probe = no_probe
+        assert self.sim.requests_for(aid) == [], "sent after its lease lapsed"
+        assert self._status(aid) is Status.FAILED
+        STATS[f"stalled:looked={looked}"] += 1
+        return aid
 
     @rule(aid=actions, where=st.sampled_from(["before_send", "after_send"]))
     def crash_while_dispatching(self, aid: str, where: str) -> None:
@@ -440,6 +526,8 @@ class LedgerMachine(RuleBasedStateMachine):
     def ledger_agrees_with_ground_truth(self) -> None:
         if hasattr(self, "sim"):
             check(self.ledger, self.sim, ids=self.ids, dedupes=self.dedupe, final=False)
+            STATS["contradictions"] = contradictions_block_retry(self.ledger, self.dispatcher,
+                                                                 self.sim)  # fmt: skip
             STATS["steps_checked"] += 1
 
 

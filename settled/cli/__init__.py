@@ -1,8 +1,10 @@
 """The command line: parse, call the core, render. Nothing else lives here.
 
-Errors are converted to exit codes and one-line messages in ``main`` only.
-Heavy imports (httpx, rich.table, sqlite-utils, apscheduler) happen inside the
-commands that need them, so ``settled show ID --json`` starts fast.
+Errors are converted to exit codes and one-line messages in ``main`` only. This
+module stays tiny: the Typer app (``settled.cli.app``) is imported inside ``main``,
+so a Ctrl-C at any moment of start-up ends with "interrupted" and exit 130, never a
+traceback. Heavy imports (httpx, rich.table, sqlite-utils, apscheduler) happen
+inside the commands that need them, so ``settled show ID --json`` starts fast.
 """
 
 from __future__ import annotations
@@ -10,86 +12,105 @@ from __future__ import annotations
 import os
 import sys
 
-import typer
-
-from . import common
-
-app = typer.Typer(
-    name="settled",
-    help="An honest ledger for side effects: never 'done' before the effect is observed.",
-    add_completion=False,
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-
-
-@app.callback()
-def _globals(
-    db: str = typer.Option(
-        None, "--db", envvar="SETTLED_DB", help="Ledger file (env SETTLED_DB).", show_default=False
-    ),
-    config: str = typer.Option(
-        None,
-        "--config",
-        envvar="SETTLED_CONFIG",
-        help="Config file (env SETTLED_CONFIG; default ./settled.toml when present).",
-        show_default=False,
-    ),
-) -> None:
-    common.STATE.db = db
-    common.STATE.config_path = config
-
-
-from . import actions, daemon_cmd, demo, migrate_cmd, providers_cmd, settle  # noqa: E402  (commands register on `app`)
-
-actions.register(app)
-settle.register(app)
-daemon_cmd.register(app)
-providers_cmd.register(app)
-demo.register(app)
-migrate_cmd.register(app)
-
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: exit codes per DESIGN.md §2, never a traceback.
 
     Typer/Click handle usage errors (exit 2) and ``typer.Exit`` codes themselves;
     everything else is converted here, in one place."""
+    code = 1
+    try:
+        code = _run(argv)
+    except KeyboardInterrupt:
+        _quiet_interrupt()
+        code = 130
+    finally:
+        try:
+            from . import common
+
+            common.STATE.close()
+        except BaseException:  # noqa: S110 - closing after an interrupt: nothing left to report
+            pass
+    sys.exit(code)
+
+
+def _quiet_interrupt() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while we say so
+    try:
+        print("settled: interrupted", file=sys.stderr)
+    except (OSError, ValueError):
+        pass
+
+
+def _run(argv: list[str] | None) -> int:
     from ..errors import SettledError
+    from . import common
+    from .app import app
 
     debug = bool(os.environ.get("SETTLED_DEBUG"))
-    code = 0
+    common.STATE.close()  # main() may run more than once in a process (tests, embedding)
     try:
-        app(args=argv, prog_name="settled")
+        # Not standalone: Click's own errors come here, to be shown through the sanitizer.
+        rv = app(args=argv, prog_name="settled", standalone_mode=False)
+        return rv if isinstance(rv, int) else 0
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        if not isinstance(exc.code, int | None):
-            print(f"settled: error: {exc.code}", file=sys.stderr)
+        if isinstance(exc.code, int):
+            return exc.code
+        if exc.code is None:
+            return 0
+        print(f"settled: error: {exc.code}", file=sys.stderr)
+        return 1
+    except common.AfterSend as exc:  # the request left: the record's code, whatever failed
+        if debug:
+            raise
+        print(f"settled: {_line(exc)}", file=sys.stderr)
+        return exc.exit_code
     except SettledError as exc:
         if debug:
             raise
-        print(f"settled: error: {common.one_line(str(exc))}", file=sys.stderr)
-        code = common.exit_for(exc)
+        print(f"settled: error: {_line(exc)}", file=sys.stderr)
+        return common.exit_for(exc)
     except KeyboardInterrupt:
-        print("settled: interrupted", file=sys.stderr)
-        code = 130
+        raise
     except Exception as exc:  # the one broad catch: a bug must not show a traceback
         if _is_click_error(exc):
-            exc.show()  # type: ignore[attr-defined]
-            code = exc.exit_code  # type: ignore[attr-defined]
-        elif debug:
+            _show_click_error(exc)
+            return exc.exit_code  # type: ignore[attr-defined,no-any-return]
+        if type(exc).__name__ == "Abort":  # Click's: end of input at a prompt
+            print("Aborted!", file=sys.stderr)
+            return 1
+        if debug:
             raise
-        else:
-            print(
-                f"settled: internal error: {type(exc).__name__}: {common.one_line(str(exc))} "
-                "(set SETTLED_DEBUG=1 for the traceback)",
-                file=sys.stderr,
-            )
-            code = 1
-    finally:
-        common.STATE.close()
-    sys.exit(code)
+        print(
+            f"settled: internal error: {type(exc).__name__}: {_line(exc)} "
+            "(set SETTLED_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _show_click_error(exc: BaseException) -> None:
+    """A usage error as Click words it, with what the user typed written out safely
+    (an option or command name may carry escape characters)."""
+    import io
+
+    from .render import term
+
+    buf = io.StringIO()
+    exc.show(file=buf)  # type: ignore[attr-defined]
+    sys.stderr.write("\n".join(term(line, limit=2000) for line in buf.getvalue().split("\n")))
+    sys.stderr.flush()
+
+
+def _line(exc: BaseException) -> str:
+    """An error's message as one safe line: no markup is involved, but control and
+    escape characters from ids or provider text are written out (rule 13)."""
+    from .common import one_line
+    from .render import term
+
+    return term(one_line(str(exc)), limit=2000)
 
 
 def _is_click_error(exc: BaseException) -> bool:

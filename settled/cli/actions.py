@@ -1,34 +1,36 @@
-"""dispatch, confirm, show, queue: the everyday commands."""
+"""dispatch and confirm: the commands that send."""
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any
 
 import typer
 
-from .common import (
-    EXIT_BY_STATUS,
-    STATE,
-    STATUS_STYLE,
-    age,
-    console,
-    emit_json,
-    next_step,
-    one_line,
-    parse_duration,
-    report_exit,
-)
+from . import complete
+from .common import STATE, finish, next_step
+from .render import console, is_tty, iso, span, status_text, term, text
 
-STATUSES = (
-    "PENDING",
-    "IN_FLIGHT",
-    "AWAITING_VERIFICATION",
-    "CONFIRMED",
-    "FAILED",
-    "DENIED_UNRESOLVED",
-)
+MAX_PARAMS = 1024 * 1024  # bytes of --params: far above any API body, far below memory trouble
+
+
+def _read_capped(stream: Any, source: str) -> str:
+    from ..errors import UsageError
+
+    raw = stream.read(MAX_PARAMS + 1)
+    if isinstance(raw, str):  # a text stream (stdin replaced in process): count bytes anyway
+        raw = raw.encode("utf-8", "surrogatepass")
+    if len(raw) > MAX_PARAMS:
+        raise UsageError(
+            f"{source} is larger than {MAX_PARAMS // 1024} KiB; settled reads at most that much "
+            "params (put large content where the provider can fetch it)"
+        )
+    try:
+        return bytes(raw).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def parse_params(raw: str | None) -> Any:
@@ -38,22 +40,24 @@ def parse_params(raw: str | None) -> Any:
         return {}
     source = "--params"
     if raw == "-":
-        text = sys.stdin.read()
         source = "--params - (stdin)"
+        text_ = _read_capped(getattr(sys.stdin, "buffer", sys.stdin), source)
     elif raw.startswith("@"):
         path = raw[1:]
+        source = f"--params @{path}"
         try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
+            with open(path, "rb") as fh:
+                text_ = _read_capped(fh, source)
         except FileNotFoundError:
             raise UsageError(f"--params @{path}: file not found") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"--params @{path}: cannot read: {exc}") from None
-        source = f"--params @{path}"
+        except OSError as exc:
+            raise UsageError(f"--params @{path}: cannot read: {exc.strerror or exc}") from None
     else:
-        text = raw
+        if len(raw.encode("utf-8", "surrogatepass")) > MAX_PARAMS:
+            raise UsageError(f"--params is larger than {MAX_PARAMS // 1024} KiB")
+        text_ = raw
     try:
-        value = json.loads(text)
+        value = json.loads(text_)
     except json.JSONDecodeError as exc:
         raise UsageError(
             f"{source} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
@@ -66,51 +70,100 @@ def parse_params(raw: str | None) -> Any:
         json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
     except ValueError as exc:
         raise UsageError(f"{source} is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise UsageError(f"{source} is nested too deeply") from None
     return value
 
 
 def check_id(action_id: str) -> str:
     from ..errors import UsageError
 
-    if not action_id or len(action_id) > 200 or not action_id.isprintable() or action_id != action_id.strip():
-        raise UsageError(
-            "action id must be 1-200 printable characters without surrounding spaces"
-        )
+    if (
+        not action_id
+        or len(action_id) > 200
+        or not action_id.isprintable()
+        or action_id != action_id.strip()
+    ):
+        raise UsageError("action id must be 1-200 printable characters without surrounding spaces")
     return action_id
-
-
-def _report_out(report: Any, as_json: bool) -> int:
-    if as_json:
-        emit_json(report.to_json())
-    else:
-        render_report(report)
-    return report_exit(report)
 
 
 def render_report(report: Any) -> None:
     con = console()
     rec = report.record
     if rec is None:
-        console(stderr=True).print(f"{report.outcome}: {report.message}")
+        console(stderr=True).print(text(f"{report.outcome}: ", report.message))
         return
-    style = STATUS_STYLE.get(str(rec.status), "white")
     result = f" → {report.result}" if report.result else ""
     con.print(
-        f"[bold]{rec.action_id}[/]  {rec.provider}.{rec.operation} ({rec.tier})  "
-        f"[{style}]{rec.status}[/]  {report.outcome}{result}"
+        text((rec.action_id, "bold"), f"  {rec.provider}.{rec.operation} ({rec.tier})  ")
+        + status_text(rec.status)
+        + text(f"  {report.outcome}{result}")
     )
     why = report.message or rec.reason
     if why:
-        con.print(f"  why:  {why}", markup=False)
-    con.print(f"  next: {next_step(rec)}", markup=False)
+        con.print(text("  why:  ", why))
+    con.print(text("  next: ", next_step(rec)))
 
 
-def _wait(record: Any, timeout: float) -> Any:
-    """``--wait``: verification in this process (``settled.wait``), until settled."""
-    from ..clock import Clock
+def _wait(record: Any, timeout: float, quiet: bool = False) -> Any:
+    """``--wait``: verification in this process (``settled.wait``), until settled, with
+    what it waits for on stderr: in place on a terminal, else a line per status
+    (none with ``quiet``: --json off a terminal)."""
+    from ..clock import Clock, utcnow
     from ..wait import wait_for
 
-    return wait_for(STATE.reconciler(clock=Clock(), actor="wait"), record.action_id, timeout)
+    start = time.monotonic()
+    err = console(stderr=True)
+    tty = is_tty(sys.stderr)
+    last: list[str] = []
+    spinner = err.status(text("waiting …")) if tty else None
+
+    def progress(rec: Any) -> None:
+        if rec.terminal:
+            return
+        left = max(0.0, timeout - (time.monotonic() - start))
+        msg = waiting_for(rec, utcnow(), left)
+        if spinner is not None:
+            spinner.update(text(msg))
+        elif not quiet and str(rec.status) not in last:
+            last.append(str(rec.status))
+            err.print(text(msg))
+
+    if spinner is not None:
+        spinner.start()
+    try:
+        return wait_for(
+            STATE.reconciler(clock=Clock(), actor="wait"),
+            record.action_id,
+            timeout,
+            on_progress=progress,
+        )
+    finally:
+        if spinner is not None:
+            spinner.stop()
+
+
+def waiting_for(rec: Any, now: Any, left: float) -> str:
+    """What ``--wait`` is waiting for, in one line."""
+    from ..clock import from_text
+    from ..wait import only_a_person
+
+    head = f"--wait: {rec.action_id} is {rec.status}"
+    budget = f"; giving up in {span(left)} (--wait-timeout)"
+    if only_a_person(rec):
+        return f"{head}: only a person can settle it (settled resolve); not waiting"
+    if str(rec.status) == "PENDING":
+        return f"{head}: another caller holds its confirmation{budget}"
+    if str(rec.status) == "IN_FLIGHT":
+        return f"{head}: dispatch in progress, lease until {iso(rec.lease_expires_at)}{budget}"
+    due = from_text(rec.next_check_at)
+    when = ""
+    if due is not None:
+        secs = (due - now).total_seconds()
+        when = f"; next check of {rec.provider}/{rec.operation} at {iso(rec.next_check_at)}"
+        when += f" (in {span(secs)})" if secs >= 1 else " (due now)"
+    return f"{head}: waiting for the provider to show the effect{when}{budget}"
 
 
 def _check_wait_timeout(value: float) -> None:
@@ -131,23 +184,86 @@ def _after_wait(report: Any, before: Any) -> None:
         report.message = f"--wait: {before} → {rec.status}{by}{why}"
 
 
+def _rerun_hint(report: Any) -> None:
+    """A script that dispatches without --action-id sends again on every re-run."""
+    rec = report.record
+    if rec is None or is_tty(sys.stdin):
+        return
+    console(stderr=True).print(
+        text(
+            f"settled: hint: no --action-id, so this action got the id {rec.action_id}; running "
+            "this command again will send it again. Give --action-id (e.g. derived from the "
+            "pipeline run) to make a re-run safe."
+        )
+    )
+
+
+DISPATCH_HELP = """Record an action and dispatch it; the exit code is its status.
+
+The action is recorded and claimed (committed) before the request leaves. An
+--action-id that exists with the same params returns that record and sends nothing;
+with other params it exits 7. Without --action-id every run sends again: scripts
+should always give one.
+
+Exit codes: 0 CONFIRMED, 3 pending (accepted, not yet verified), 4 DENIED_UNRESOLVED,
+5 FAILED, 1 bad input or config, 7 conflict. Once the request has left, the exit code
+is the record's whatever happens afterwards.
+
+\b
+Examples:
+  settled dispatch mail send --params '{"to": "a@example.com"}' --action-id order-42-mail
+  settled dispatch mail send --params @message.json --action-id "release-$CI_PIPELINE_ID-mail" --wait
+  settled dispatch cal book --params - --needs-confirmation --action-id b-7 < booking.json
+"""
+
+CONFIRM_HELP = """Confirm a recorded action: dispatches it at most once, however many confirm.
+
+Outcome and exit code: dispatched (by the new status), already_completed (0 or 5),
+in_progress (3), blocked by an unresolved earlier dispatch (4), not_found (6).
+
+\b
+Examples:
+  settled confirm order-42-booking
+  settled confirm order-42-booking --wait --wait-timeout 120 --json
+"""
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
+    @app.command(help=DISPATCH_HELP)
     def dispatch(
-        provider: str = typer.Argument(..., help="Provider name (see `settled providers`)."),
-        operation: str = typer.Argument(..., help="Operation of that provider."),
-        params: str = typer.Option(None, "--params", help="JSON object, @FILE, or - for stdin."),
+        provider: str = typer.Argument(
+            ...,
+            metavar="PROVIDER",
+            autocompletion=complete.providers,
+            help="Provider name (see `settled providers`).",
+        ),
+        operation: str = typer.Argument(
+            ...,
+            metavar="OPERATION",
+            autocompletion=complete.operations,
+            help="Operation of that provider.",
+        ),
+        params: str = typer.Option(
+            None,
+            "--params",
+            metavar="JSON|@FILE|-",
+            help="JSON object, @FILE, or - for stdin (at most 1 MiB).",
+        ),
         action_id: str = typer.Option(
-            None, "--action-id", help="Your id for this action; repeating it never sends twice."
+            None,
+            "--action-id",
+            metavar="ID",
+            help="Your id for this action; repeating it never sends twice.",
         ),
         needs_confirmation: bool = typer.Option(
             False, "--needs-confirmation", help="Record only; `settled confirm` dispatches it."
         ),
         wait: bool = typer.Option(False, "--wait", help="Verify in-process until settled."),
-        wait_timeout: float = typer.Option(60.0, "--wait-timeout", help="Seconds --wait may take."),
+        wait_timeout: float = typer.Option(
+            60.0, "--wait-timeout", metavar="S", help="Seconds --wait may take."
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print the record as JSON."),
     ) -> None:
-        """Record an action and dispatch it (exit code = its status)."""
         values = parse_params(params)
         if action_id is not None:
             check_id(action_id)
@@ -158,18 +274,31 @@ def register(app: typer.Typer) -> None:
         )
         if wait and report.record is not None and not needs_confirmation:
             before = report.record.status
-            report.record = _wait(report.record, wait_timeout)
+            try:
+                report.record = _wait(report.record, wait_timeout, quiet=as_json)
+            except KeyboardInterrupt:
+                report.message = "--wait interrupted"
+                report.record = STATE.ledger().get(report.record.action_id)
             _after_wait(report, before)
-        raise typer.Exit(_report_out(report, as_json))
+        code = finish(report, as_json, render_report)
+        if action_id is None:
+            _rerun_hint(report)
+        raise typer.Exit(code)
 
-    @app.command()
+    @app.command(help=CONFIRM_HELP)
     def confirm(
-        action_id: str = typer.Argument(..., help="The action to confirm."),
+        action_id: str = typer.Argument(
+            ...,
+            metavar="ACTION_ID",
+            autocompletion=complete.action_ids,
+            help="The action to confirm.",
+        ),
         wait: bool = typer.Option(False, "--wait", help="Verify in-process until settled."),
-        wait_timeout: float = typer.Option(60.0, "--wait-timeout", help="Seconds --wait may take."),
+        wait_timeout: float = typer.Option(
+            60.0, "--wait-timeout", metavar="S", help="Seconds --wait may take."
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
     ) -> None:
-        """Confirm a recorded action: dispatches it at most once, however many confirm."""
         from ..dispatch import Outcome
 
         check_id(action_id)
@@ -178,140 +307,13 @@ def register(app: typer.Typer) -> None:
         report = d.confirm(action_id)
         if wait and report.outcome in (Outcome.DISPATCHED, Outcome.IN_PROGRESS) and report.record:
             before = report.record.status
-            report.record = _wait(report.record, wait_timeout)
+            try:
+                report.record = _wait(report.record, wait_timeout, quiet=as_json)
+            except KeyboardInterrupt:
+                report.message = "--wait interrupted"
+                report.record = STATE.ledger().get(report.record.action_id)
             _after_wait(report, before)
-        raise typer.Exit(_report_out(report, as_json))
-
-    @app.command()
-    def show(
-        action_id: str = typer.Argument(..., help="The action to show."),
-        as_json: bool = typer.Option(False, "--json", help="The record and its events as JSON."),
-    ) -> None:
-        """Show one action and its full event timeline."""
-        check_id(action_id)
-        ledger = STATE.ledger()
-        rec = ledger.get(action_id)
-        events = ledger.events(action_id)
-        if as_json:
-            data = rec.to_json()
-            data["events"] = [e.to_json() for e in events]
-            emit_json(data)
-        else:
-            render_show(rec, events)
-        raise typer.Exit(EXIT_BY_STATUS[rec.status])
-
-    @app.command()
-    def queue(
-        status: str = typer.Option(
-            "DENIED_UNRESOLVED", "--status", help="Status to list (comma-separated, or 'all')."
-        ),
-        provider: str = typer.Option(None, "--provider", help="Only this provider."),
-        older_than: str = typer.Option(None, "--older-than", help="Only older than e.g. 10m."),
-        fail_if_any: bool = typer.Option(
-            False, "--fail-if-any", help="Exit 4 when any row is listed (for monitors)."
-        ),
-        limit: int = typer.Option(1000, "--limit", help="At most this many rows.", min=1),
-        as_json: bool = typer.Option(False, "--json", help="Rows as a JSON array."),
-    ) -> None:
-        """The queue of actions nobody can call done yet, oldest first."""
-        from ..clock import plus, to_text, utcnow
-        from ..errors import UsageError
-
-        if status.strip().lower() == "all":
-            statuses = list(STATUSES)
-        else:
-            statuses = [s.strip().upper() for s in status.split(",") if s.strip()]
-            bad = [s for s in statuses if s not in STATUSES]
-            if bad or not statuses:
-                raise UsageError(
-                    f"--status {status!r}: unknown status; use one of {', '.join(STATUSES)} or all"
-                )
-        now = utcnow()
-        before = to_text(plus(now, -parse_duration(older_than))) if older_than else None
-        rows = STATE.ledger().query(
-            statuses=statuses, provider=provider, created_before=before,
-            limit=min(limit, 2**63 - 1),  # SQLite's largest integer; more rows cannot exist
-        )
-        if as_json:
-            emit_json([{**r.to_json(), "next": next_step(r)} for r in rows])
-        else:
-            render_queue(rows, now, statuses)
-        raise typer.Exit(4 if (fail_if_any and rows) else 0)
+        raise typer.Exit(finish(report, as_json, render_report))
 
 
-def render_queue(rows: list[Any], now: Any, statuses: list[str]) -> None:
-    from rich.table import Table
-
-    con = console()
-    if not rows:
-        con.print(f"queue ({', '.join(statuses)}): empty")
-        return
-    t = Table(title=f"queue: {', '.join(statuses)} ({len(rows)})", title_justify="left")
-    t.add_column("action", no_wrap=True)
-    t.add_column("age", no_wrap=True)
-    t.add_column("operation", no_wrap=True)
-    t.add_column("tier", no_wrap=True)
-    t.add_column("att", justify="right")
-    t.add_column("status", no_wrap=True)
-    t.add_column("settles next")
-    t.add_column("why", max_width=60)
-    for r in rows:
-        t.add_row(
-            r.action_id,
-            age(r.created_at, now),
-            f"{r.provider}/{r.operation}",
-            str(r.tier),
-            str(r.attempt),
-            f"[{STATUS_STYLE.get(str(r.status), 'white')}]{r.status}[/]",
-            next_step(r),
-            (r.reason or "")[:120],
-        )
-    con.print(t)
-
-
-def event_detail(e: Any) -> str:
-    """One event's evidence in words: the reason, then what backs it."""
-    d = e.detail
-    parts = [str(d["reason"])] if d.get("reason") else []
-    for key, label in (("evidence", "evidence"), ("object_id", "object"), ("seen", "seen"),
-                       ("check", "check"), ("lease_expires_at", "lease")):
-        if d.get(key) not in (None, "") and (key != "lease_expires_at" or e.kind != "claimed"):
-            parts.append(f"{label}: {d[key]}")
-    if e.kind == "claimed":
-        parts.append(f"key {d.get('idempotency_key')}, lease until {d.get('lease_expires_at')}")
-    if e.kind == "retry":
-        parts.append(f"attempt {d.get('attempt')}; previous key {d.get('previous_idempotency_key')}")
-    if e.kind == "recorded":
-        parts.append(f"tier {d.get('tier')}, eligible at {d.get('eligible_at') or 'never'}")
-    if not parts:
-        parts.append(json.dumps(d, ensure_ascii=False)[:160])
-    return one_line("; ".join(parts))[:300]
-
-
-def render_show(rec: Any, events: list[Any]) -> None:
-    from rich.table import Table
-
-    con = console()
-    style = STATUS_STYLE.get(str(rec.status), "white")
-    con.print(f"[bold]{rec.action_id}[/]  [{style}]{rec.status}[/]")
-    fields = [
-        ("provider/operation", f"{rec.provider}/{rec.operation}"),
-        ("tier", str(rec.tier)),
-        ("attempt", f"{rec.attempt} (idempotency key {rec.idempotency_key})"),
-        ("delivery / acceptance", f"{rec.delivery} / {rec.acceptance}"),
-        ("reconciliation key", rec.reconciliation_key or "-"),
-        ("eligible at", rec.eligible_at or "never (manual verification)"),
-        ("provider object", rec.provider_object_id or "-"),
-        ("confirmed", f"{rec.confirmed_at} by {rec.confirmed_by}" if rec.confirmed_at else "-"),
-        ("why", rec.reason or "-"),
-        ("next", next_step(rec)),
-    ]
-    for k, v in fields:
-        con.print(f"  {k:<22} {v}", markup=False, highlight=False)
-    t = Table(title="events", title_justify="left")
-    for col in ("#", "at", "actor", "kind", "move", "detail"):
-        t.add_column(col, overflow="fold")
-    for e in events:
-        move = f"{e.from_status or '∅'} → {e.to_status}"
-        t.add_row(str(e.id), e.at[:19].replace("T", " "), e.actor, e.kind, move, event_detail(e))
-    con.print(t)
+__all__ = ["check_id", "parse_params", "register", "render_report", "term"]

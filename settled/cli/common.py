@@ -11,6 +11,7 @@ from typing import Any
 
 from ..model import Status
 from ..session import Session
+from .render import STATUS_STYLE  # noqa: F401  (re-exported for renderers elsewhere)
 
 # The exit code that reports a record in each status (DESIGN.md §2).
 EXIT_BY_STATUS = {
@@ -21,6 +22,14 @@ EXIT_BY_STATUS = {
     Status.DENIED_UNRESOLVED: 4,
     Status.FAILED: 5,
 }
+STATUSES = (
+    "PENDING",
+    "IN_FLIGHT",
+    "AWAITING_VERIFICATION",
+    "CONFIRMED",
+    "FAILED",
+    "DENIED_UNRESOLVED",
+)
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_UNRESOLVED = 4
@@ -79,28 +88,20 @@ STATE = State()
 
 
 def emit_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+    """Machine output: exact, on stdout. Serialized whole before anything is written,
+    so a failure leaves stdout empty."""
+    try:
+        out = json.dumps(data, indent=2, ensure_ascii=False, default=str)
+    except RecursionError:  # nested deeper than the indenting encoder goes
+        out = json.dumps(data, ensure_ascii=False, default=str)
+    sys.stdout.write(out + "\n")
     sys.stdout.flush()
 
 
 def console(stderr: bool = False) -> Any:
-    from rich.console import Console
+    from .render import console as make
 
-    stream = sys.stderr if stderr else sys.stdout
-    width = None
-    if not stream.isatty():  # logs and pipes: don't fold rows at 80 columns
-        width = int(os.environ.get("COLUMNS", "0") or 0) or 200
-    return Console(stderr=stderr, highlight=False, width=width)
-
-
-STATUS_STYLE = {
-    "CONFIRMED": "green",
-    "FAILED": "red",
-    "DENIED_UNRESOLVED": "yellow",
-    "AWAITING_VERIFICATION": "cyan",
-    "IN_FLIGHT": "blue",
-    "PENDING": "white",
-}
+    return make(stderr)
 
 
 MAX_DURATION = 100 * 366 * 86400.0  # s: a century
@@ -127,39 +128,200 @@ def parse_duration(text: str) -> float:
     return value * mult
 
 
-def age(created_at: str, now: Any) -> str:
-    from ..clock import from_text
+def next_step(rec: Any, now: Any = None) -> str:
+    """What settles this record next, in words: an automatic check, or a person.
 
-    secs = max(0, int((now - from_text(created_at)).total_seconds()))
-    if secs < 120:
-        return f"{secs}s"
-    if secs < 7200:
-        return f"{secs // 60}m"
-    if secs < 172800:
-        return f"{secs // 3600}h"
-    return f"{secs // 86400}d"
+    Without ``now``: the long form with ISO-8601 times (JSON ``next``, ``show``).
+    With ``now``: the short form for a table, with ages ('auto-check in 2m')."""
+    from .render import ago, iso
 
+    def at(t: str | None) -> str:
+        if now is None:
+            return f"at {iso(t)}"
+        rel = ago(t, now)
+        return rel if rel.startswith("in ") else "due"
 
-def next_step(rec: Any) -> str:
-    """What settles this record next, in words: an automatic check, or a person."""
+    short = now is not None
+    if getattr(rec, "contradiction", None):
+        return "needs a person" if short else "needs a person: contradicted (settled resolve)"
     if rec.status in ("CONFIRMED", "FAILED"):
         return "settled"
     if rec.status == "PENDING":
-        return "waiting for confirm/dispatch"
+        return "confirm/dispatch" if short else "waiting for confirm/dispatch"
     if rec.status == "IN_FLIGHT":
-        return f"dispatch in progress (lease until {hhmm(rec.lease_expires_at)})"
+        if short:
+            return f"dispatching (lease {at(rec.lease_expires_at)})"
+        return f"dispatch in progress (lease until {iso(rec.lease_expires_at)})"
     if rec.requires_manual_verification:
         if rec.status == "AWAITING_VERIFICATION" and rec.eligible_at:
-            return f"needs a person from {hhmm(rec.eligible_at)} (settled resolve)"
-        return "needs a person (settled resolve)"
+            if short:
+                return f"needs a person {at(rec.eligible_at)}".replace(" due", "")
+            return f"needs a person from {iso(rec.eligible_at)} (settled resolve)"
+        return "needs a person" if short else "needs a person (settled resolve)"
     if rec.next_check_at:
         if rec.lease_owner:
-            return f"being checked (lease until {hhmm(rec.next_check_at)})"
-        return f"auto-check at {hhmm(rec.next_check_at)}"
-    return "needs a person (settled resolve)"
+            return (
+                "being checked"
+                if short
+                else f"being checked (lease until {iso(rec.next_check_at)})"
+            )
+        return f"auto-check {at(rec.next_check_at)}"
+    return "needs a person" if short else "needs a person (settled resolve)"
 
 
-def hhmm(text: str | None) -> str:
-    if not text:
-        return "-"
-    return text[11:19]
+class AfterSend(Exception):
+    """Something failed after a request had left (or after the record was read):
+    the exit code is the record's, and the message says what was sent."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def finish(report: Any, as_json: bool, render: Any) -> int:
+    """Print a dispatch/confirm/retry report and return its exit code. Once the
+    record exists, a failure while printing it never turns into exit 1: the code is
+    the record's, and stderr says what happened to the request (DESIGN.md §2)."""
+    code = report_exit(report)
+    try:
+        if as_json:
+            emit_json(report.to_json())
+        else:
+            render(report)
+    except (Exception, KeyboardInterrupt) as exc:
+        rec = report.record
+        if rec is None:
+            raise
+        from ..dispatch import Outcome
+
+        if as_json:
+            emit_json(
+                {
+                    "action_id": rec.action_id,
+                    "status": str(rec.status),
+                    "outcome": str(report.outcome),
+                    "result": str(report.result) if report.result else None,
+                    "error": f"the full record could not be printed: {type(exc).__name__}",
+                }
+            )
+        what = (
+            "the request was sent and recorded"
+            if report.outcome is Outcome.DISPATCHED
+            else "the action is recorded"
+        )
+        from .render import term
+
+        raise AfterSend(
+            f"{what}: action {term(rec.action_id, 200)} is {rec.status} (exit {code}); "
+            f"printing it failed ({type(exc).__name__}: {term(one_line(str(exc)), 200)}); "
+            f"see `settled show {term(rec.action_id, 200)} --json`",
+            code,
+        ) from None
+    return code
+
+
+SECRET_KEY = (
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "api_key",
+    "apikey",
+    "authorization",
+    "credential",
+    "private_key",
+    "cookie",
+)
+
+
+def redact_params(params: Any, secrets: list[str] | None = None) -> Any:
+    """Params for a human view: values under secret-looking keys, and any value of a
+    ``${VAR}`` the config references, shown as ``***``."""
+    known = [s for s in (secrets or []) if len(s) >= 4]
+
+    def walk(v: Any, key: str = "") -> Any:
+        if key and any(k in key.lower().replace("-", "_") for k in SECRET_KEY):
+            return "***"
+        if isinstance(v, dict):
+            return {k: walk(x, str(k)) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if isinstance(v, str):
+            for s in known:
+                v = v.replace(s, "***")
+        return v
+
+    return walk(params)
+
+
+def config_secrets() -> list[str]:
+    """The values of the ``${VAR}``s the config refers to (to keep them out of human
+    views); never loads a provider."""
+    import re
+
+    try:
+        providers = STATE.config().providers
+    except Exception:
+        return []
+    names: set[str] = set()
+
+    def walk(v: Any) -> None:
+        if isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+        elif isinstance(v, str):
+            names.update(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", v))
+
+    walk(providers)
+    return [os.environ[n] for n in sorted(names) if os.environ.get(n)]
+
+
+def known_names(ledger: Any, *, operations: bool = False) -> tuple[set[str], set[tuple[str, str]]]:
+    """Provider names, and (provider, operation) pairs, from the ledger and the config
+    (the config's operations only with ``operations``: that builds the providers)."""
+    pairs = set(ledger.names()) if ledger is not None else set()
+    providers = {p for p, _o in pairs}
+    try:
+        cfg = STATE.config()
+    except Exception:
+        return providers, pairs
+    providers |= set(cfg.providers)
+    if not operations:
+        return providers, pairs
+    try:
+        reg = STATE.registry()
+        for name in cfg.providers:
+            pairs |= {(name, op) for op in reg.provider(name).operations()}
+    except Exception:  # noqa: S110 - a provider that cannot be built names no operations
+        pass
+    return providers, pairs
+
+
+def check_filters(ledger: Any, provider: str | None, operation: str | None) -> None:
+    """An unknown --provider or --operation is an error listing the real names (a
+    typo must not look like an empty queue to a monitor)."""
+    from ..errors import UsageError
+    from .render import term
+
+    if provider is None and operation is None:
+        return
+    providers, pairs = known_names(ledger)
+    if provider is not None and provider not in providers:
+        raise UsageError(
+            f"--provider {term(provider, 100)!s}: no such provider in the config or the ledger; "
+            f"known: {term(', '.join(sorted(providers)) or 'none', 500)}"
+        )
+    if operation is not None:
+        ops = {o for p, o in pairs if provider is None or p == provider}
+        if operation not in ops:
+            _, pairs = known_names(ledger, operations=True)
+            ops = {o for p, o in pairs if provider is None or p == provider}
+        if operation not in ops:
+            where = f" of {term(provider, 100)}" if provider else ""
+            raise UsageError(
+                f"--operation {term(operation, 100)}: no such operation{where} in the config or "
+                f"the ledger; known: {term(', '.join(sorted(ops)) or 'none', 500)}"
+            )

@@ -6,35 +6,95 @@ import typer
 
 from .common import STATE
 
+MAX_INTERVAL = 86400.0  # s: a pass at least once a day; longer is a cron job's work
+
+DAEMON_HELP = """Run the reconciliation pass (`reconcile --due`) every --interval seconds.
+
+At start it checks the config and builds every provider (a missing ${VAR} included),
+opens the ledger and, with --metrics, binds the port: any problem exits 1 with one
+line. Then it logs JSON lines on stderr: each status move, a warning per check that
+could not observe anything (provider, operation, error class), a summary per pass and
+a heartbeat every --heartbeat seconds. Under systemd (Type=notify) it reports ready
+and pings the watchdog (WatchdogSec). On SIGTERM/SIGINT it finishes the check in
+hand, hands the rest of the batch back and exits 0. Several daemons (and cron
+passes) may share one ledger.
+
+--metrics HOST:PORT serves Prometheus metrics on /metrics and a health check on
+/healthz (200 while passes succeed; 503 before the first and after a failed one);
+it needs `pip install 'settled[metrics]'`.
+
+\b
+Examples:
+  settled daemon --interval 5
+  settled --config /etc/settled/settled.toml daemon --metrics 127.0.0.1:9108
+  settled daemon --once
+"""
+
 
 def register(app: typer.Typer) -> None:
-    @app.command()
+    @app.command(help=DAEMON_HELP)
     def daemon(
         interval: float = typer.Option(
-            None, "--interval", help="Seconds between passes (default [daemon] interval, 5).",
+            None,
+            "--interval",
+            metavar="S",
+            help="Seconds between passes (default [daemon] interval, 5).",
             show_default=False,
         ),
         once: bool = typer.Option(False, "--once", help="Run one pass, log it, and exit."),
+        metrics: str = typer.Option(
+            None,
+            "--metrics",
+            metavar="HOST:PORT",
+            help="Serve /metrics and /healthz on this address.",
+        ),
+        heartbeat: float = typer.Option(
+            60.0, "--heartbeat", metavar="S", help="Seconds between heartbeat lines."
+        ),
     ) -> None:
-        """Run the reconciliation pass (`reconcile --due`) every --interval seconds.
-
-        Logs one JSON line per status move on stderr (time, action_id, from, to, kind,
-        reason). On SIGTERM/SIGINT it finishes the check in hand, hands the rest of the
-        batch back to the ledger and exits 0. Several daemons (and cron passes) may
-        share one ledger: each row is leased before it is checked.
-        """
         import signal
 
         from ..daemon import Sweeper
+        from ..daemon.notify import Notifier
         from ..errors import UsageError
 
         cfg = STATE.config()
         every = cfg.daemon_interval if interval is None else interval
-        if not every > 0 or every == float("inf"):
-            raise UsageError(f"--interval {interval!r}: must be a number of seconds > 0")
+        source = "--interval" if interval is not None else f"{cfg.source}: daemon.interval"
+        if not 0 < every <= MAX_INTERVAL:  # also refuses nan and inf
+            raise UsageError(
+                f"{source} {every!r}: must be a number of seconds > 0 and <= "
+                f"{MAX_INTERVAL:g} (a day)"
+            )
+        if not 1 <= heartbeat <= MAX_INTERVAL:
+            raise UsageError(f"--heartbeat {heartbeat!r}: must be between 1 and {MAX_INTERVAL:g} s")
+        address = None
+        if metrics is not None:
+            from ..daemon.metrics import parse_address, require
+
+            address = parse_address(metrics)
+            require()
+        registry = STATE.registry()
+        registry.load_all()  # every provider built now: a config mistake stops us at start
+        ledger = STATE.ledger()
+        board, where = None, None
+        if address is not None:
+            from ..daemon.metrics import Metrics
+
+            board = Metrics()
+            host, port = board.serve(*address)
+            where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         sweeper = Sweeper(
-            STATE.ledger(), STATE.registry(), interval=every, batch=cfg.reconcile_batch,
-            lease=cfg.reconcile_lease, probe=STATE.probe,
+            ledger,
+            registry,
+            interval=every,
+            batch=cfg.reconcile_batch,
+            lease=cfg.reconcile_lease,
+            heartbeat=heartbeat,
+            metrics=board,
+            metrics_address=where,
+            notifier=Notifier(),
+            probe=STATE.probe,
         )
 
         def on_signal(signum: int, _frame: object) -> None:
@@ -42,4 +102,9 @@ def register(app: typer.Typer) -> None:
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, on_signal)
-        raise typer.Exit(sweeper.serve(once=once))
+        try:
+            code = sweeper.serve(once=once)
+        finally:
+            if board is not None:
+                board.close()
+        raise typer.Exit(code)

@@ -2,13 +2,17 @@
 interval job, until asked to stop.
 
 - The job never overlaps itself: one worker thread, ``max_instances=1``, ``coalesce``
-  (runs missed while a long pass was going collapse into one).
+  (runs missed while a long pass was going collapse into one). A pass that outlasts
+  the interval is logged once as ``pass_overrun``, never as APScheduler's own line.
 - Several sweepers (and cron passes) on one ledger are safe: the reconciler leases each
   row before it queries it, so no row is checked twice for the same due time.
 - ``request_stop()`` (the CLI calls it on SIGTERM/SIGINT) lets the check in hand
   finish, hands the rest of the batch back to the ledger, and returns from ``serve``.
-- Every status move is logged as one JSON line (time, action_id, from, to, kind,
-  reason); so are start, stop, errors of a pass and scheduler warnings.
+- The log is one JSON line per event (``settled.daemon.log``): each status move after
+  its commit, a warning per check that could not observe anything (provider,
+  operation, error class), a summary per pass, a heartbeat at a steady interval.
+- ``metrics`` (``settled.daemon.metrics``) and ``notifier`` (systemd's
+  ``Type=notify`` and watchdog, ``settled.daemon.notify``) are optional.
 
 Errors of one pass are logged and the next run tries again: a locked or briefly
 unreadable ledger must not end the daemon. This is a process boundary, like the CLI's
@@ -17,48 +21,39 @@ unreadable ledger must not end the daemon. This is a process boundary, like the 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import sys
 import threading
-from collections.abc import Callable
+import time
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
 
-from ..clock import Clock, to_text
+from ..clock import Clock, steady, to_text
 from ..crashpoints import Probe, no_probe
 from ..errors import SettledError
 from ..ledger import Ledger
 from ..reconcile import DEFAULT_BATCH, DEFAULT_LEASE, Change, Reconciler
+from .log import Log, check_failed, failed, json_lines, one_line, pass_line, transition
+from .notify import Notifier
 
-Log = Callable[[dict[str, Any]], None]
-
-
-def json_lines(stream: IO[str] | None = None) -> Log:
-    """A logger that writes one JSON object per line (to stderr by default)."""
-    lock = threading.Lock()
-
-    def log(entry: dict[str, Any]) -> None:
-        out = stream or sys.stderr
-        line = json.dumps(entry, ensure_ascii=False, default=str)
-        with lock:
-            out.write(line + "\n")
-            out.flush()
-
-    return log
+DEFAULT_HEARTBEAT = 60.0  # s between heartbeat lines
 
 
 class _SchedulerLog(logging.Handler):
-    """APScheduler's own warnings (a skipped overlapping run…) as JSON lines."""
+    """APScheduler's own warnings, translated: a skipped run (the previous pass still
+    going) is one ``pass_overrun`` line per long pass; anything else is a
+    ``scheduler`` line with the message on one line."""
 
     def __init__(self, sweeper: Sweeper) -> None:
         super().__init__(logging.WARNING)
         self.sweeper = sweeper
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.sweeper.emit("scheduler", level=record.levelname.lower(),
-                          message=" ".join(record.getMessage().split()))
+        msg = one_line(record.getMessage())
+        if "maximum number of running instances" in msg:
+            self.sweeper.overran()
+            return
+        self.sweeper.emit("scheduler", level=record.levelname.lower(), message=msg)
 
 
 @dataclass
@@ -72,8 +67,19 @@ class Sweeper:
     probe: Probe = no_probe
     log: Log = field(default_factory=json_lines)
     name: str = field(default_factory=lambda: f"daemon:{os.getpid()}")
+    heartbeat: float = DEFAULT_HEARTBEAT
+    metrics: Any = None  # settled.daemon.metrics.Metrics
+    metrics_address: str | None = None  # where it serves, for the started line
+    notifier: Notifier = field(default_factory=lambda: Notifier({}))
     _stop: threading.Event = field(default_factory=threading.Event)
     passes: int = 0
+    failed_passes: int = 0
+    last_pass_ok: bool | None = None
+    last_pass_at: str | None = None
+    _in_pass: bool = False
+    _progress_at: float = field(default_factory=time.monotonic)
+    _overrun_logged: bool = False
+    _depth: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.clock is None:
@@ -85,22 +91,44 @@ class Sweeper:
         return to_text(self.clock.now())
 
     def emit(self, event: str, **fields: Any) -> None:
-        self.log({"time": self.now_text, "event": event, "daemon": self.name,
-                  **fields})
+        self.log({"time": self.now_text, "event": event, "daemon": self.name, **fields})
 
     def request_stop(self, why: str = "stop requested") -> None:
         if not self._stop.is_set():
             self.emit("stopping", reason=why)
+            self.notifier.stopping()
         self._stop.set()
 
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
 
+    # -- hooks of the reconciler (called after each commit)
     def _transition(self, ch: Change) -> None:
-        self.log({"time": ch.at or self.now_text, "event": "transition",
-                  "daemon": self.name, "action_id": ch.action_id, "from": ch.from_status,
-                  "to": ch.to_status, "kind": ch.kind, "reason": " ".join(ch.reason.split())})
+        self._progress_at = time.monotonic()
+        if ch.at is None:
+            ch.at = self.now_text
+        self.log(transition(ch, self.name))
+        if self.metrics is not None:
+            self.metrics.transition(ch)
+
+    def _checked(self, ch: Change) -> None:
+        self._progress_at = time.monotonic()
+        bad = failed(ch)
+        if bad:
+            self.log(check_failed(ch, self.name))
+        if self.metrics is not None:
+            self.metrics.check(ch, bad)
+
+    def overran(self) -> None:
+        if not self._overrun_logged:
+            self._overrun_logged = True
+            self.emit(
+                "pass_overrun",
+                level="info",
+                message=f"a pass is taking longer than the interval ({self.interval:g} s); "
+                "the next starts when it ends",
+            )
 
     def run_pass(self) -> None:
         """One pass (the job). Never raises: a failed pass is logged and retried at
@@ -108,33 +136,88 @@ class Sweeper:
         if self._stop.is_set():
             return
         self.passes += 1
-        rec = Reconciler(
-            self.ledger, self.registry, clock=self.clock, actor=self.name, batch=self.batch,
-            lease=self.lease, on_change=self._transition, stop_requested=self._stop.is_set,
+        self._in_pass = True
+        self._progress_at = started = time.monotonic()
+        reconciler = Reconciler(
+            self.ledger,
+            self.registry,
+            clock=self.clock,
+            actor=self.name,
+            batch=self.batch,
+            lease=self.lease,
+            on_change=self._transition,
+            on_check=self._checked,
+            stop_requested=self._stop.is_set,
             probe=self.probe,
         )
         try:
-            report = rec.run_due()
+            report = reconciler.run_due()
+            depth = self.ledger.status_counts()
         except SettledError as exc:
-            self.emit("pass_failed", level="error", error=type(exc).__name__,
-                      message=" ".join(str(exc).split()))
+            self._pass_failed(exc, started)
             return
         except Exception as exc:  # the daemon's boundary: log the bug, keep serving
             if os.environ.get("SETTLED_DEBUG"):
                 raise
-            self.emit("pass_failed", level="error", error=type(exc).__name__,
-                      message=" ".join(str(exc).split()))
+            self._pass_failed(exc, started)
             return
+        finally:
+            self._in_pass = False
+            self._overrun_logged = False
+        self.last_pass_ok, self.last_pass_at = True, self.now_text
+        self._depth = {}
+        for (status, _provider), n in depth.items():
+            self._depth[status] = self._depth.get(status, 0) + n
+        if self.metrics is not None:
+            self.metrics.queue(depth)
+            self.metrics.pass_ended(True, time.monotonic() - started, time.time())
         if report.examined or report.stopped:
-            waiting = len(report.waiting)
-            self.emit("pass", examined=report.examined, counts=report.counts(),
-                      waiting=waiting, stopped=report.stopped)
+            self.log(pass_line(report, self.name))
+
+    def _pass_failed(self, exc: BaseException, started: float) -> None:
+        self.failed_passes += 1
+        self.last_pass_ok, self.last_pass_at = False, self.now_text
+        message = one_line(str(exc))
+        self.emit("pass_failed", level="error", error=type(exc).__name__, message=message)
+        if self.metrics is not None:
+            self.metrics.pass_ended(
+                False, time.monotonic() - started, time.time(), f"{type(exc).__name__}: {message}"
+            )
+        self.notifier.status(f"last pass failed: {type(exc).__name__}")
+
+    def beat(self) -> None:
+        """One heartbeat line: the daemon is alive, and how its passes are going."""
+        self.emit(
+            "heartbeat",
+            passes=self.passes,
+            failed_passes=self.failed_passes,
+            last_pass_ok=self.last_pass_ok,
+            last_pass_at=self.last_pass_at,
+            in_pass=self._in_pass,
+            open={k: v for k, v in sorted(self._depth.items()) if k not in ("CONFIRMED", "FAILED")},
+        )
+
+    def alive(self) -> bool:
+        """For the watchdog: between passes, or a pass that made progress within
+        the watchdog's interval (one check can take up to its operation's timeout)."""
+        if not self._in_pass or self.notifier.watchdog is None:
+            return True
+        return time.monotonic() - self._progress_at < 2 * self.notifier.watchdog
 
     def serve(self, *, once: bool = False) -> int:
         """Run passes every ``interval`` seconds until ``request_stop``; 0 when it
         stopped cleanly."""
-        self.emit("started", interval=self.interval, batch=self.batch, once=once,
-                  ledger=self.ledger.location)
+        self.emit(
+            "started",
+            interval=self.interval,
+            batch=self.batch,
+            once=once,
+            ledger=self.ledger.location,
+            heartbeat=self.heartbeat,
+            watchdog=self.notifier.watchdog,
+            notify=self.notifier.enabled,
+            metrics=self.metrics_address,
+        )
         if once:
             self.run_pass()
             self.emit("stopped", passes=self.passes)
@@ -154,18 +237,64 @@ class Sweeper:
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
         )
         scheduler.add_job(
-            self.run_pass, "interval", seconds=self.interval, id="reconcile-due",
+            self.run_pass,
+            "interval",
+            seconds=self.interval,
+            id="reconcile-due",
             next_run_time=datetime.now(UTC),
         )
         scheduler.start()
+        self.notifier.ready(f"reconciling every {self.interval:g} s")
+        now = time.monotonic()
+        next_beat = now + self.heartbeat
+        next_ping = now
+        watch = _StepWatch()
         try:
-            while not self._stop.wait(0.2):
-                pass
+            while not self._stop.wait(
+                0.2 if self.notifier.watchdog is None else min(0.2, self.notifier.watchdog / 2)
+            ):
+                jump = watch.jumped()
+                if jump:
+                    # APScheduler 3 schedules by the wall clock: after a step back it
+                    # would sleep until the old next run; after a step forward it would
+                    # run late jobs at once. Re-anchor the job now; every decision
+                    # about records uses the ledger's steady clock anyway.
+                    self.emit(
+                        "clock_step",
+                        level="warning",
+                        seconds=round(jump, 3),
+                        message="the system clock was stepped; the schedule was reset",
+                    )
+                    scheduler.modify_job("reconcile-due", next_run_time=datetime.now(UTC))
+                now = time.monotonic()
+                if now >= next_beat:
+                    self.beat()
+                    while next_beat <= now:  # steady: a late beat does not shift the next ones
+                        next_beat += self.heartbeat
+                if self.notifier.watchdog is not None and now >= next_ping and self.alive():
+                    self.notifier.ping()
+                    next_ping = now + self.notifier.watchdog
         finally:
             scheduler.shutdown(wait=True)  # the pass in hand sees the stop and returns
             aps_log.removeHandler(handler)
         self.emit("stopped", passes=self.passes)
         return 0
+
+
+class _StepWatch:
+    """Notices a step of the wall clock: wall time that moved by more (or less) than
+    the steady clock did since the last look."""
+
+    TOLERANCE = 1.0  # s: more than any scheduling jitter, less than any real step
+
+    def __init__(self) -> None:
+        self.wall, self.steady = time.time(), steady()
+
+    def jumped(self) -> float:
+        wall, now = time.time(), steady()
+        jump = (wall - self.wall) - (now - self.steady)
+        self.wall, self.steady = wall, now
+        return jump if abs(jump) > self.TOLERANCE else 0.0
 
 
 __all__ = ["Sweeper", "json_lines"]

@@ -54,7 +54,8 @@ def find_factory(type_name: str, where: str = "config") -> Factory:
 
 def make_client() -> httpx.Client:
     """One client per process; TLS verification on; redirects not followed (a
-    redirect is not an answer about the effect).
+    redirect is not an answer about the effect); every try bounded by one total
+    deadline (``_wire.deadline_transport``).
 
     Loading the CA bundle is most of what creating a client costs (20-40 ms), and a
     command that only talks plain ``http://`` (the sim, a local service) never needs
@@ -71,6 +72,8 @@ def _transport() -> httpx.BaseTransport:
 
     import httpx
 
+    from ._wire import deadline_transport
+
     class LazyTLSTransport(httpx.BaseTransport):
         """``https://`` through a default (verifying) transport made on first use;
         ``http://`` through one whose TLS context holds no CA and is never used."""
@@ -84,13 +87,11 @@ def _transport() -> httpx.BaseTransport:
             with self._lock:
                 if scheme == "https":
                     if self._tls is None:
-                        self._tls = httpx.HTTPTransport(verify=True, trust_env=False)
+                        self._tls = deadline_transport(True)
                     return self._tls
                 if self._plain is None:
                     # Verifying and empty: were it ever used for TLS, it would refuse.
-                    self._plain = httpx.HTTPTransport(
-                        verify=ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), trust_env=False
-                    )
+                    self._plain = deadline_transport(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
                 return self._plain
 
         def handle_request(self, request: httpx.Request) -> httpx.Response:

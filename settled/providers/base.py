@@ -37,13 +37,41 @@ class OperationSpec:
     verifies: str = ""  # what observes the effect, in words (for `settled providers`)
     proof: str = ""  # full tier: what in the reply proves the effect, in words
     query_by_object_id: bool = False  # the query needs the id from the reply (lost with it)
-    backoff: float | None = None  # s before the first repeat (doubles); None: the dispatcher's
+    # s before the first repeat within the retry budget (doubles, capped); None = the
+    # dispatcher's default.
+    backoff: float | None = None
+    # HTTP statuses that mean "this key may already be applied" (a conditional-write
+    # conflict); the provider reports them as ``WireResult.conflict``, never as proof.
+    conflict_statuses: tuple[int, ...] = ()
+    destructive: bool = True  # MCP destructiveHint
+    title: str = ""  # a human title
+    description: str = ""  # what the operation does, in words
+    params_schema: Mapping[str, Any] | None = None  # JSON schema of params, where declared
+    # A person confirms each action before it is sent (agents ask through MCP
+    # elicitation; elsewhere `settled confirm` sends it).
+    needs_confirmation: bool = False
+    # The query can prove absence (a declared 404 or ``not_applied`` status). It counts
+    # only after the record's landing time (DESIGN.md rule 9), which the core enforces.
+    absence_proof: bool = False
+    # The query proves the effect through an explicit predicate (a status in
+    # ``applied``, or a match on the key). False: it only checks that one addressed
+    # resource exists, which ``providers audit`` reports as debt (DESIGN.md rule 10).
+    predicate: bool = False
+    # The reconciliation key is this param's value (a business id such as an order
+    # number), the same for every attempt, instead of a generated ``stl-…`` key.
+    key_param: str | None = None
+
+    @property
+    def window(self) -> float:
+        """The consistency window that applies: a full operation's reply is the proof,
+        so it has none (its query, when any, runs at once)."""
+        return 0.0 if self.tier is Tier.FULL else self.consistency_window
 
     def to_json(self) -> dict[str, Any]:
         return {
             "operation": self.name,
             "tier": str(self.tier),
-            "consistency_window": self.consistency_window,
+            "consistency_window": self.window,
             "attempts": self.attempts,
             "timeout": self.timeout,
             "dedupes_keys": self.dedupes_keys,
@@ -52,6 +80,12 @@ class OperationSpec:
             "verify_deadline": self.verify_deadline,
             "verifies": self.verifies,
             "proof": self.proof,
+            "backoff": self.backoff,
+            "predicate": self.predicate,
+            "absence_proof": self.absence_proof,
+            "key_param": self.key_param,
+            "needs_confirmation": self.needs_confirmation,
+            "destructive": self.destructive,
         }
 
 
@@ -65,8 +99,12 @@ class Request:
     idempotency_key: str
     reconciliation_key: str | None
     attempt: int
-    timeout: float  # the whole try: connect, write and read together
-    send_by: float | None = None  # ``clock.steady()`` instant: never start writing after it
+    # The TOTAL deadline of this try in seconds: connect, write and read together.
+    timeout: float
+    # A ``settled.clock.steady()`` instant after which the request must not start to
+    # be written (the dispatcher's lease lapses then); None = no limit. The steady
+    # clock counts time suspended: a machine that slept past the lease sends nothing.
+    send_by: float | None = None
 
 
 class Wire(StrEnum):
@@ -78,18 +116,22 @@ class Wire(StrEnum):
 @dataclass(frozen=True)
 class WireResult:
     """What happened on the wire. ``applied`` is the provider's reading of the body:
-    True when the reply itself proves the effect (a booking id, a 412 on a create
-    that an earlier try made), False when the body says it was not applied, None
-    when the body proves nothing."""
+    True when the reply itself proves the effect (a booking id), False when the body
+    says it was not applied, None when the body proves nothing. A conflict (``conflict``)
+    is never proof: it says an earlier try *may* have applied, and the query decides."""
 
     wire: Wire
     status_code: int | None = None
     object_id: str | None = None
     applied: bool | None = None
     detail: str = ""
-    conflict: bool = False  # a conditional-write conflict: maybe applied by an earlier try
-    written_at: float | None = None  # ``clock.steady()`` when the request began to be written
-    retry_after: float | None = None  # s, from a Retry-After header on 429/503
+    # A declared conditional-write conflict (409/412 on a create with the same key):
+    # "an earlier try may have applied this"; never proof, the query must verify it.
+    conflict: bool = False
+    # ``settled.clock.steady()`` when the request started to be written; None = nothing was.
+    written_at: float | None = None
+    # Seconds from a ``Retry-After`` header on a 429 or 503 reply.
+    retry_after: float | None = None
 
 
 class Seen(StrEnum):

@@ -5,10 +5,11 @@ Every operation is ``full``: its reply proves the effect, because every write is
 conditional.
 
 - ``book`` — ``PUT {calendar}/{uid}.ics`` with ``If-None-Match: *``; the UID is the
-  action's reconciliation key. ``201``/``204`` prove it was created. ``412`` proves a
-  resource with this UID already exists — only an earlier try of this very action can
-  have made it (the key is unique), so a re-sent booking whose first reply was lost
-  ends ``CONFIRMED``, never twice.
+  action's reconciliation key, reported as the provider object id. ``201``/``204``
+  prove it was created. ``412`` says a resource with this UID exists already — most
+  likely an earlier try of this very action, but a server may answer 412 for other
+  reasons, so it is a *conflict* (``WireResult.conflict``), never proof: the query
+  reads the event and only an event that carries this action's own mark counts.
 - ``move`` and ``cancel`` — read the event (``GET``, with its ETag), change
   ``DTSTART``/``DTEND`` or set ``STATUS:CANCELLED``, add a line
   ``X-SETTLED-KEY:<reconciliation key>``, and ``PUT`` it back with ``If-Match`` on the
@@ -16,7 +17,8 @@ conditional.
   event in between and ours was refused (not applied). A repeat that finds its own
   ``X-SETTLED-KEY`` already there reports the earlier try's success instead of
   writing again, which is what makes repeating these operations safe.
-- Queries read the real effect (``GET`` of the event): booked = the UID exists;
+- Queries read the real effect (``GET`` of the event): booked = the UID exists and
+  carries this action's ``X-SETTLED-KEY``;
   moved = this action's key is on the event at the new time; cancelled = its key is
   on a ``STATUS:CANCELLED`` event.
 
@@ -33,15 +35,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import httpx
 
-from ..clock import utcnow
+from ..checks import expand_env, number
+from ..clock import steady, utcnow
 from ..errors import ConfigError, UnknownProvider, UsageError
 from ..model import Tier
-from ._wire import Exchange, Redactor, excerpt, exchange
+from ._shape import ShapeError, segment
+from ._wire import Exchange, Redactor, build, excerpt, exchange, show
 from .base import (
     BaseProvider,
     Observation,
@@ -56,7 +60,6 @@ from .base import (
 KEYS = ("url", "username", "password", "timeout", "attempts", "consistency_window", "verify")
 MARK = "X-SETTLED-KEY"
 ICS = "text/calendar; charset=utf-8"
-_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _STAMP = "%Y%m%dT%H%M%SZ"
 
 
@@ -65,29 +68,6 @@ def create(name: str, conf: Mapping[str, Any], client: httpx.Client) -> CalDavPr
 
 
 # -- configuration --------------------------------------------------------------------------
-
-
-def _number(key: str, value: Any, *, positive: bool, whole: bool = False) -> Any:
-    bad = isinstance(value, bool) or not isinstance(value, int if whole else (int, float))
-    if bad or value < (1 if whole else 0) or (positive and value <= 0):
-        need = "a whole number >= 1" if whole else ("a number > 0" if positive else "a number >= 0")
-        raise ConfigError(f"{key}: must be {need}, got {value!r}")
-    return value
-
-
-def _expand(key: str, raw: Any, env: Mapping[str, str]) -> str:
-    if not isinstance(raw, str):
-        raise ConfigError(f'{key}: must be a string, e.g. {key} = "${{CAL_PASSWORD}}"')
-
-    def sub(m: re.Match[str]) -> str:
-        if m.group(1) not in env:
-            raise ConfigError(
-                f"{key}: environment variable {m.group(1)} is not set; export it before "
-                "running settled (values are read at run time, never stored)"
-            )
-        return env[m.group(1)]
-
-    return _ENV.sub(sub, raw)
 
 
 # -- iCalendar, just enough ------------------------------------------------------------------
@@ -240,43 +220,48 @@ class CalDavProvider(BaseProvider):
                 f"{unknown[0]}: unknown key; remove it or use one of {', '.join(KEYS)}"
             )
         url = conf.get("url")
+        example = (
+            'set url to the calendar collection, e.g. url = "https://cal.example.com/alice/work/"'
+        )
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ConfigError(
-                f"url: {'missing' if url is None else repr(url)}; set url to the calendar "
-                'collection, e.g. url = "https://cal.example.com/alice/work/"'
-            )
-        if urlsplit(url).username is not None:
+            raise ConfigError(f"url: {'missing' if url is None else repr(url)}; {example}")
+        try:
+            parsed = httpx.URL(url)
+        except (httpx.InvalidURL, ValueError, TypeError) as exc:
+            raise ConfigError(f"url: {url!r} is not a valid URL ({exc}); {example}") from None
+        if urlsplit(url).username is not None or parsed.userinfo:
             raise ConfigError("url: must not carry credentials; use username and password")
+        if not parsed.host or parsed.query or parsed.fragment or "?" in url or "#" in url:
+            raise ConfigError(f"url: {url!r} needs a host and no query or fragment; {example}")
         self._url = url if url.endswith("/") else url + "/"
         secrets: list[str] = []
         self._headers: dict[str, str] = {}
         if "username" in conf or "password" in conf:
-            user = _expand("username", conf.get("username", ""), env)
-            password = _expand("password", conf.get("password", ""), env)
+            user, _ = expand_env("username", conf.get("username", ""), env)
+            password, hidden = expand_env("password", conf.get("password", ""), env)
             if ":" in user:
                 raise ConfigError("username: must not contain ':' (HTTP Basic)")
             token = base64.b64encode(f"{user}:{password}".encode()).decode()
             self._headers["Authorization"] = f"Basic {token}"
-            secrets += [password, token]
+            secrets += [password, token, *hidden]
         self._redact = Redactor(secrets)
-        timeout = float(_number("timeout", conf.get("timeout", 5.0), positive=True))
+        timeout = number("timeout", conf.get("timeout", 5.0), positive=True)
         verify = conf.get("verify", {})
         if not isinstance(verify, Mapping) or set(verify) - {"interval", "deadline"}:
             raise ConfigError(
                 "verify: must be a table like verify = { interval = 2, deadline = 300 }"
             )
         common: dict[str, Any] = {
-            "consistency_window": float(
-                _number("consistency_window", conf.get("consistency_window", 0.0), positive=False)
-            ),
-            "attempts": _number("attempts", conf.get("attempts", 3), positive=True, whole=True),
+            "consistency_window": number("consistency_window", conf.get("consistency_window", 0.0)),
+            "attempts": int(number("attempts", conf.get("attempts", 3), whole=True)),
             "timeout": timeout,
-            "verify_interval": float(
-                _number("verify.interval", verify.get("interval", 2.0), positive=True)
+            "verify_interval": number(
+                "verify.interval", verify.get("interval", 2.0), positive=True
             ),
-            "verify_deadline": float(
-                _number("verify.deadline", verify.get("deadline", 300.0), positive=True)
+            "verify_deadline": number(
+                "verify.deadline", verify.get("deadline", 300.0), positive=True
             ),
+            "predicate": True,  # every query reads this action's own mark
             "dedupes_keys": True,  # conditional writes: a repeat cannot apply twice
             "queryable": True,
             "carries_key": True,
@@ -284,8 +269,9 @@ class CalDavProvider(BaseProvider):
         self._ops = {
             "book": OperationSpec(
                 "book", Tier.FULL,
-                proof="201/204 to PUT with If-None-Match: *, or 412 (an earlier try created this UID)",
-                verifies="GET {uid}.ics: the event exists", **common,
+                proof="201/204 to PUT with If-None-Match: * (a 412 is a conflict: the query decides)",
+                verifies=f"GET {{uid}}.ics: the event exists with {MARK} of this action",
+                conflict_statuses=(412,), **common,
             ),
             "move": OperationSpec(
                 "move", Tier.FULL,
@@ -314,7 +300,9 @@ class CalDavProvider(BaseProvider):
             raise UsageError(f"{self.name}.{operation}: {problem}")
 
     def _resource(self, uid: str) -> str:
-        return self._url + quote(uid, safe="") + ".ics"
+        """The event's URL; raises ShapeError for a UID that would address another
+        resource (empty, ``.``, ``..``, a separator: DESIGN.md rule 10)."""
+        return self._url + segment("uid", uid) + ".ics"
 
     def _call(
         self,
@@ -323,16 +311,69 @@ class CalDavProvider(BaseProvider):
         timeout: float,
         headers: Mapping[str, str] | None = None,
         content: bytes | None = None,
+        send_by: float | None = None,
     ) -> Exchange:
         return exchange(
             self._client,
             method,
             url,
             timeout=timeout,
+            send_by=send_by,
             headers={**self._headers, **(headers or {})},
             content=content,
             redact=self._redact,
         )
+
+    def render(
+        self,
+        operation: str,
+        params: Any,
+        *,
+        action_id: str = "ACTION-ID",
+        attempt: int = 1,
+        reconciliation_key: str | None = None,
+        provider_object_id: str | None = None,
+    ) -> dict[str, Any]:
+        """The request ``execute`` would send first (the PUT of a booking; the GET
+        that a move or cancel reads the event with), and the query. Sends nothing."""
+        self.check_params(operation, params)
+        key = reconciliation_key or "stl-KEY"
+        uid = key if operation == "book" else params["uid"]
+        try:
+            url = self._resource(uid)
+        except ShapeError as exc:
+            raise UsageError(f"{self.name}.{operation}: {exc}") from None
+        if operation == "book":
+            built = build(
+                self._client,
+                "PUT",
+                url,
+                headers={**self._headers, "If-None-Match": "*", "Content-Type": ICS},
+                content=_new_event(uid, params).encode(),
+            )
+            notes = []
+        else:
+            built = build(self._client, "GET", url, headers=self._headers)
+            notes = [
+                "then PUT the event back with If-Match on its ETag, "
+                + ("DTSTART/DTEND changed" if operation == "move" else "STATUS:CANCELLED")
+                + f" and {MARK}:{key}"
+            ]
+        if isinstance(built, str):
+            raise UsageError(f"{self.name}.{operation}: {built}")
+        query = self._client.build_request("GET", url, headers=self._headers)
+        return {
+            "provider": self.name,
+            "operation": operation,
+            "tier": str(self._ops[operation].tier),
+            "reconciliation_key": key,
+            "idempotency_key": None,
+            "request": {**show(built, self._redact), "notes": notes},
+            "query": {**show(query, self._redact), "proves": self._ops[operation].verifies},
+            "notes": ["stl-KEY stands for the key settled generates at dispatch"]
+            if reconciliation_key is None
+            else [],
+        }
 
     # -- execute --------------------------------------------------------------------------
 
@@ -348,29 +389,51 @@ class CalDavProvider(BaseProvider):
 
     def _book(self, request: Request) -> WireResult:
         uid = request.reconciliation_key or ""
+        try:
+            url = self._resource(uid)
+        except ShapeError as exc:
+            return WireResult(Wire.NOT_CONNECTED, detail=f"not sent: {exc}")
         ex = self._call(
             "PUT",
-            self._resource(uid),
+            url,
             request.timeout,
             {"If-None-Match": "*", "Content-Type": ICS},
             _new_event(uid, request.params).encode(),
+            send_by=request.send_by,
         )
-        if ex.wire is not Wire.ANSWERED:
+        if ex.wire is Wire.NOT_CONNECTED:
             return WireResult(ex.wire, detail=ex.problem)
+        if ex.wire is Wire.NO_ANSWER:
+            # The UID names the event this try may have made: move and cancel need it.
+            return WireResult(ex.wire, object_id=uid, detail=ex.problem, written_at=ex.written_at)
         code = ex.status_code
         if code in (200, 201, 204):
-            return WireResult(Wire.ANSWERED, code, uid, True, f"HTTP {code}: created")
+            return WireResult(
+                Wire.ANSWERED, code, uid, True, f"HTTP {code}: created", written_at=ex.written_at
+            )
         if code == 412:
-            detail = "HTTP 412: this UID exists already; an earlier try of this action created it"
-            return WireResult(Wire.ANSWERED, code, uid, True, detail)
-        return WireResult(Wire.ANSWERED, code, None, None, self._answer(ex))
+            # Most likely an earlier try of this action made it; but a server may answer
+            # 412 for other reasons, so the query must read the event (rule 10).
+            detail = "HTTP 412: a resource with this UID exists already; the query decides whose"
+            return WireResult(
+                Wire.ANSWERED, code, uid, None, detail, conflict=True, written_at=ex.written_at
+            )
+        return WireResult(
+            Wire.ANSWERED, code, None, None, self._answer(ex), written_at=ex.written_at,
+            retry_after=ex.retry_after,
+        )  # fmt: skip
 
     def _change(self, request: Request) -> WireResult:
-        """move/cancel: GET, check for our own mark, conditional PUT."""
+        """move/cancel: GET, check for our own mark, conditional PUT; both within the
+        try's one total deadline."""
+        deadline = steady() + request.timeout
         key = request.reconciliation_key or ""
         uid = request.params["uid"]
-        url = self._resource(uid)
-        got = self._call("GET", url, request.timeout)
+        try:
+            url = self._resource(uid)
+        except ShapeError as exc:
+            return WireResult(Wire.NOT_CONNECTED, detail=f"not sent: {exc}")
+        got = self._call("GET", url, request.timeout, send_by=request.send_by)
         if got.wire is not Wire.ANSWERED or got.status_code not in (200, 404):
             # Nothing was written: the change itself never left this machine.
             why = got.problem or self._answer(got)
@@ -405,27 +468,49 @@ class CalDavProvider(BaseProvider):
             )
         else:
             new = event.rewrite({"STATUS"}, ["STATUS:CANCELLED", f"{MARK}:{key}"])
+        left = deadline - steady()
+        if left <= 0:
+            return WireResult(
+                Wire.NOT_CONNECTED,
+                detail="not sent: the try's deadline passed while reading the event",
+            )
         ex = self._call(
-            "PUT", url, request.timeout, {"If-Match": etag, "Content-Type": ICS}, new.encode()
+            "PUT",
+            url,
+            left,
+            {"If-Match": etag, "Content-Type": ICS},
+            new.encode(),
+            send_by=request.send_by,
         )
         if ex.wire is not Wire.ANSWERED:
-            return WireResult(ex.wire, detail=ex.problem)
+            return WireResult(ex.wire, detail=ex.problem, written_at=ex.written_at)
         code = ex.status_code
         if code is not None and 200 <= code <= 299:
-            return WireResult(Wire.ANSWERED, code, uid, True, f"HTTP {code}: stored")
+            return WireResult(
+                Wire.ANSWERED, code, uid, True, f"HTTP {code}: stored", written_at=ex.written_at
+            )
         if code == 412:
+            # If-Match on the ETag just read: the event changed in between and the server
+            # refused this write, so this change was provably not applied.
             return WireResult(
                 Wire.ANSWERED,
                 code,
                 None,
                 None,
                 "HTTP 412: the event changed since it was read; this change was refused",
+                written_at=ex.written_at,
             )
-        return WireResult(Wire.ANSWERED, code, None, None, self._answer(ex))
+        return WireResult(
+            Wire.ANSWERED, code, None, None, self._answer(ex), written_at=ex.written_at,
+            retry_after=ex.retry_after,
+        )  # fmt: skip
 
     def _answer(self, ex: Exchange) -> str:
-        shown = f": {excerpt(ex.body)}" if ex.body else (f": {ex.problem}" if ex.problem else "")
-        return self._redact(f"HTTP {ex.status_code}{shown}")
+        if ex.body:
+            shown = f": {excerpt(ex.body, redact=self._redact)}"
+        else:
+            shown = f": {ex.problem}" if ex.problem else ""
+        return self._redact.clean(f"HTTP {ex.status_code}{shown}")
 
     # -- query ----------------------------------------------------------------------------
 
@@ -436,7 +521,11 @@ class CalDavProvider(BaseProvider):
         uid = target.reconciliation_key if op == "book" else (target.params or {}).get("uid")
         if not isinstance(uid, str) or not uid or not target.reconciliation_key:
             return Observation(Seen.UNKNOWN, detail="no UID or key to query")
-        got = self._call("GET", self._resource(uid), self._ops[op].timeout)
+        try:
+            url = self._resource(uid)
+        except ShapeError as exc:
+            return Observation(Seen.UNKNOWN, detail=f"not queried: {exc}")
+        got = self._call("GET", url, self._ops[op].timeout)
         evidence: dict[str, Any] = {"status_code": got.status_code}
         if got.wire is not Wire.ANSWERED:
             return Observation(Seen.UNKNOWN, detail=got.problem, evidence=evidence)
@@ -461,6 +550,15 @@ class CalDavProvider(BaseProvider):
         )
         ours = target.reconciliation_key in event.marks()
         if op == "book":
+            if not ours:
+                # Only our own mark attributes it: a 412 from a server that holds another
+                # client's event under this UID must not confirm the booking.
+                return Observation(
+                    Seen.AMBIGUOUS,
+                    uid,
+                    f"an event {uid} exists, but without this action's {MARK}",
+                    evidence,
+                )
             note = " (since cancelled)" if status == "CANCELLED" else ""
             return Observation(Seen.APPLIED, uid, f"event {uid} exists{note}", evidence)
         if op == "cancel":
@@ -503,6 +601,11 @@ def _params_problem(operation: str, params: Any) -> str:
     ]
     if missing:
         return f"params need {', '.join(repr(k) for k in missing)} as non-empty strings"
+    if "uid" in need.get(operation, ()):
+        try:
+            segment("uid", params["uid"])
+        except ShapeError as exc:
+            return str(exc)
     if "start" in need.get(operation, ()):
         try:
             start, end = _when(params["start"]), _when(params["end"])

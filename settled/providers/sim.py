@@ -14,9 +14,10 @@ from urllib.parse import quote
 import httpx
 
 from .. import crashpoints
-from ..errors import ConfigError, UnknownProvider
+from ..checks import number
+from ..errors import ConfigError, UnknownProvider, UsageError
 from ..model import Tier
-from ._wire import MAX_BODY, NOT_SENT, describe, excerpt, parse_json, read_capped  # noqa: F401
+from ._wire import Exchange, build, excerpt, exchange, header_value, parse_json, show
 from .base import (
     BaseProvider,
     Observation,
@@ -38,8 +39,8 @@ _CONF: dict[str, tuple[tuple[type, ...], str, Any]] = {
     "verify_interval": ((int, float), "a number of seconds > 0, e.g. 2", 2.0),
     "verify_deadline": ((int, float), "a number of seconds > 0, e.g. 300", 300.0),
 }
-_MINIMUM = {"timeout": 0.0, "verify_interval": 0.0, "verify_deadline": 0.0}  # exclusive
-_AT_LEAST = {"consistency_window": 0.0, "attempts": 1}  # inclusive
+_NUMBERS = ("timeout", "consistency_window", "attempts", "verify_interval", "verify_deadline")
+_POSITIVE = ("timeout", "verify_interval", "verify_deadline")
 
 
 def _settings(conf: Mapping[str, Any]) -> dict[str, Any]:
@@ -54,14 +55,21 @@ def _settings(conf: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, (types, fix, default) in _CONF.items():
         value = conf.get(key, default)
-        # bool is an int in Python; only "dedupe" may be one.
-        wrong = not isinstance(value, types) or (isinstance(value, bool) and bool not in types)
-        if not wrong and key in _MINIMUM:
-            wrong = not value > _MINIMUM[key]
-        if not wrong and key in _AT_LEAST:
-            wrong = not value >= _AT_LEAST[key]
+        if key in _NUMBERS:
+            try:
+                out[key] = number(key, value, positive=key in _POSITIVE, whole=key == "attempts")
+            except ConfigError as exc:
+                raise ConfigError(f"{exc}; use {fix}") from None
+            if key == "attempts":
+                out[key] = int(value)
+            continue
+        wrong = not isinstance(value, types)
         if not wrong and key == "base_url":
-            wrong = not value.startswith(("http://", "https://"))
+            try:
+                url = httpx.URL(value)
+                wrong = not value.startswith(("http://", "https://")) or not url.host
+            except (httpx.InvalidURL, ValueError, TypeError):
+                wrong = True
         if wrong:
             raise ConfigError(f"{key} = {value!r} is invalid; use {fix}")
         out[key] = value
@@ -90,11 +98,12 @@ class SimProvider(BaseProvider):
         effects = "GET /v1/effects/{reconciliation_key}"
         self._ops = {
             "book": OperationSpec(
-                "book", Tier.FULL, queryable=True, carries_key=True, verifies=effects,
-                proof='201 {"status": "booked"}', **common
+                "book", Tier.FULL, queryable=True, carries_key=True, predicate=True,
+                verifies=effects, proof='201 {"status": "booked"}', **common
             ),
             "send": OperationSpec(
-                "send", Tier.RECONCILABLE, queryable=True, carries_key=True, verifies=effects,
+                "send", Tier.RECONCILABLE, queryable=True, carries_key=True, predicate=True,
+                verifies=effects,
                 **common,
             ),
             "deliver": OperationSpec(
@@ -103,7 +112,7 @@ class SimProvider(BaseProvider):
             ),
             "notify": OperationSpec("notify", Tier.BLIND, verifies="nothing can", **common),
             "set": OperationSpec(
-                "set", Tier.RECONCILABLE, queryable=True, snapshots=True,
+                "set", Tier.RECONCILABLE, queryable=True, snapshots=True, predicate=True,
                 verifies="GET /v1/settings/{name}, compared with the snapshot", **common,
             ),
         }  # fmt: skip
@@ -121,25 +130,64 @@ class SimProvider(BaseProvider):
             "reconciliation_key": request.reconciliation_key,
             "params": request.params,
         }
-        url = f"{self._base}/v1/{request.operation}"
-        headers = {"Idempotency-Key": request.idempotency_key}
-        try:
-            with self._client.stream(
-                "POST",
-                url,
-                json=body,
-                headers=headers,
-                timeout=request.timeout,
-                extensions=_AFTER_SEND if crashpoints.armed() else {},
-            ) as resp:
-                raw, problem = read_capped(resp)
-        except NOT_SENT as exc:
-            # Nothing left this machine: refused, unreachable, no free connection.
-            return WireResult(Wire.NOT_CONNECTED, detail=describe(exc))
-        except httpx.TransportError as exc:
-            # Sent, or maybe sent, and no status line came back.
-            return WireResult(Wire.NO_ANSWER, detail=describe(exc))
-        return _answered(request.operation, resp, raw, problem)
+        ex = exchange(
+            self._client,
+            "POST",
+            f"{self._base}/v1/{request.operation}",
+            timeout=request.timeout,
+            send_by=request.send_by,
+            headers={"Idempotency-Key": header_value(request.idempotency_key)},
+            json_body=body,
+            extensions=_AFTER_SEND if crashpoints.armed() else {},
+        )
+        if ex.wire is not Wire.ANSWERED:
+            return WireResult(ex.wire, detail=ex.problem, written_at=ex.written_at)
+        return _answered(request.operation, ex)
+
+    def render(
+        self,
+        operation: str,
+        params: Any,
+        *,
+        action_id: str = "ACTION-ID",
+        attempt: int = 1,
+        reconciliation_key: str | None = None,
+        provider_object_id: str | None = None,
+    ) -> dict[str, Any]:
+        """The request ``execute`` would send; sends nothing."""
+        spec = self._ops.get(operation)
+        if spec is None:
+            raise UnknownProvider(f"{self.name} has no operation {operation!r}")
+        key = reconciliation_key or ("stl-KEY" if spec.carries_key else None)
+        req = build(
+            self._client,
+            "POST",
+            f"{self._base}/v1/{operation}",
+            headers={"Idempotency-Key": header_value(f"{action_id}:{attempt}")},
+            json_body={"action_id": action_id, "reconciliation_key": key, "params": params},
+        )
+        if isinstance(req, str):
+            raise UsageError(f"{self.name}.{operation}: {req}")
+        query = None
+        if operation in ("book", "send") and key:
+            query = {
+                **show(
+                    self._client.build_request(
+                        "GET", f"{self._base}/v1/effects/{quote(key, safe='')}"
+                    )
+                ),
+                "proves": spec.verifies,
+            }
+        return {
+            "provider": self.name,
+            "operation": operation,
+            "tier": str(spec.tier),
+            "reconciliation_key": key,
+            "idempotency_key": f"{action_id}:{attempt}",
+            "request": show(req),
+            "query": query,
+            "notes": [],
+        }
 
     # -- query and snapshot -------------------------------------------------------------
 
@@ -216,15 +264,13 @@ class SimProvider(BaseProvider):
 
     def _get(self, url: str) -> tuple[int | None, Any, str]:
         """``(status_code, parsed body, error)``; error is "" when the body is JSON."""
-        try:
-            with self._client.stream("GET", url, timeout=self._timeout) as resp:
-                raw, problem = read_capped(resp)
-        except httpx.TransportError as exc:
-            return None, None, describe(exc)
-        if raw is None:
-            return resp.status_code, None, problem
-        body, problem = parse_json(raw)
-        return resp.status_code, body, problem
+        ex = exchange(self._client, "GET", url, timeout=self._timeout)
+        if ex.wire is not Wire.ANSWERED:
+            return None, None, ex.problem
+        if ex.body is None:
+            return ex.status_code, None, ex.problem
+        body, problem = parse_json(ex.body)
+        return ex.status_code, body, problem
 
 
 def _after_send_trace(event: str, info: Mapping[str, Any]) -> None:
@@ -237,13 +283,14 @@ def _after_send_trace(event: str, info: Mapping[str, Any]) -> None:
 _AFTER_SEND: dict[str, Any] = {"trace": _after_send_trace}
 
 
-def _answered(op: str, resp: httpx.Response, raw: bytes | None, problem: str) -> WireResult:
+def _answered(op: str, ex: Exchange) -> WireResult:
     """A status line came back: report it; never fail because of the body."""
-    code = resp.status_code
+    code = ex.status_code or 0
+    raw = ex.body
     notes = [f"HTTP {code}"]
     body: Any = None
     if raw is None:
-        notes.append(problem)
+        notes.append(ex.problem)
     elif raw:
         body, problem = parse_json(raw)
         if problem:
@@ -264,6 +311,8 @@ def _answered(op: str, resp: httpx.Response, raw: bytes | None, problem: str) ->
         object_id=object_id,
         applied=True if proved else None,
         detail="; ".join(notes),
+        written_at=ex.written_at,
+        retry_after=ex.retry_after,
     )
 
 

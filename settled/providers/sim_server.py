@@ -26,6 +26,12 @@ garbled body…) then distorts that replay exactly as it would a first reply.
 The stored reply for a key is the operation's normal reply — what an idempotency store
 keeps — even when a wire fault garbled or withheld it the first time.
 
+Latency: the server answers each operation request ``latency`` seconds after applying
+it (``SimServer(latency=…)``, ``--latency``), plus what the request asks for in an
+``X-Sim-Latency`` header (seconds), plus a planned ``latency:SECONDS`` fault (which
+otherwise behaves as ``ok``). The wait happens outside the server's lock, so slow
+answers overlap as a real provider's do.
+
 Scripting: ``POST /_plan`` {"action_id", "faults": [...]}, ``POST /_reset``,
 ``GET /_truth``, ``PUT /_settings/{name}`` {"value"} (a change "by someone else").
 Ground truth also counts queries per reconciliation key (or setting name), so tests can
@@ -57,7 +63,8 @@ from urllib.parse import unquote
 
 OPERATIONS = ("book", "send", "deliver", "notify", "set")
 
-# Faults with a fixed name. ``lag:SECONDS`` and ``http:CODE`` take an argument.
+# Faults with a fixed name. ``lag:SECONDS``, ``latency:SECONDS`` and ``http:CODE`` take
+# an argument.
 BEFORE_APPLY = frozenset({"drop", "timeout_before_apply", "5xx_before", "reject"})
 AFTER_APPLY = frozenset(
     {"ok", "timeout_after_apply", "reset_after_apply", "5xx_after", "garbage", "badutf8", "huge"}
@@ -89,6 +96,7 @@ class _Outcome:
 
     wire: str  # reply | hang | reset | garbage | badutf8 | huge
     reply: _Reply | None = None
+    delay: float = 0.0  # s to wait before answering (a planned latency:SECONDS)
 
 
 def _json(code: int, obj: Any) -> _Reply:
@@ -100,20 +108,20 @@ def _parse_fault(fault: str) -> tuple[str, float | int | None, str]:
     if fault in FAULTS:
         return fault, None, ""
     name, sep, arg = fault.partition(":")
-    if sep and name == "lag":
+    if sep and name in ("lag", "latency"):
         try:
             seconds = float(arg)
         except ValueError:
-            return "unknown", None, f"fault {fault!r}: lag needs seconds, e.g. lag:2.5"
+            return "unknown", None, f"fault {fault!r}: {name} needs seconds, e.g. {name}:2.5"
         if not (math.isfinite(seconds) and seconds >= 0):
-            return "unknown", None, f"fault {fault!r}: lag must be a finite number >= 0"
-        return "lag", seconds, ""
+            return "unknown", None, f"fault {fault!r}: {name} must be a finite number >= 0"
+        return name, seconds, ""
     if sep and name == "http":
         # 1xx would be informational (the client would keep waiting), so 200..999 only.
         if not (arg.isdigit() and len(arg) == 3 and 200 <= int(arg) <= 999):
             return "unknown", None, f"fault {fault!r}: http needs a code 200..999, e.g. http:429"
         return "http", int(arg), ""
-    known = ", ".join(sorted(FAULTS | {"lag:SECONDS", "http:CODE"}))
+    known = ", ".join(sorted(FAULTS | {"lag:SECONDS", "latency:SECONDS", "http:CODE"}))
     return "unknown", None, f"unknown fault {fault!r}; known faults: {known}"
 
 
@@ -129,8 +137,10 @@ class SimServer:
         lag: float = 0.0,
         default_fault: str = "ok",
         huge_bytes: int = 8 * 1024 * 1024,
+        latency: float = 0.0,
     ) -> None:
         self.host = host
+        self.latency = latency  # s before each operation's answer
         self._requested_port = port
         self.honour_keys = honour_keys
         self.hang = hang
@@ -315,7 +325,10 @@ class SimServer:
             entry["applied"] = True
             if ikey:
                 self._replies.setdefault(ikey, reply)
-            return self._deliver(kind, reply)
+            out = self._deliver(kind, reply)
+            if kind == "latency" and arg is not None:
+                out = _Outcome(out.wire, out.reply, float(arg))
+            return out
 
     def _apply(self, op: str, action_id: str, rkey: str | None, params: Any, lag: float) -> _Reply:
         """Apply one effect (lock held) and return the operation's normal reply."""
@@ -341,6 +354,15 @@ class SimServer:
         if kind in ("garbage", "badutf8", "huge"):
             return _Outcome(kind)
         return _Outcome("reply", reply)  # ok, lag, and replays under never-apply faults
+
+
+def _seconds(text: str | None) -> float:
+    """An ``X-Sim-Latency`` header's seconds; 0 when absent or not a number >= 0."""
+    try:
+        value = float(text) if text else 0.0
+    except ValueError:
+        return 0.0
+    return value if math.isfinite(value) and value > 0 else 0.0
 
 
 def _valid_setting(params: Any) -> bool:
@@ -509,7 +531,10 @@ class _Handler(BaseHTTPRequestHandler):
         if op not in OPERATIONS:
             return self._send(_json(404, {"error": f"unknown operation {op!r}"}))
         rkey = body.get("reconciliation_key") if isinstance(body, dict) else None
-        ikey = self.headers.get("Idempotency-Key") or None
+        # settled percent-encodes a key that is not plain ASCII, and "%" itself
+        # (``_wire.header_value``): decoded, the key is the ledger's own.
+        raw_key = self.headers.get("Idempotency-Key") or None
+        ikey = unquote(raw_key) if raw_key else None
         if not error and isinstance(body, dict) and "params" not in body:
             # A plain body (what a generic HTTP client sends): the body is the params.
             # The action is named by the idempotency key ("{action_id}:{attempt}"),
@@ -522,6 +547,9 @@ class _Handler(BaseHTTPRequestHandler):
         if rkey is not None and not isinstance(rkey, str):
             return self._send(_json(400, {"error": "reconciliation_key must be a string or null"}))
         outcome = self.sim._process(op, body["action_id"], rkey, ikey, body.get("params"))
+        delay = self.sim.latency + outcome.delay + _seconds(self.headers.get("X-Sim-Latency"))
+        if delay > 0:
+            self.sim._stopping.wait(delay)  # outside the lock; stop() cuts it short
         self._perform(outcome)
 
     # -- the wire ---------------------------------------------------------------------
@@ -590,6 +618,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lag", type=float, default=0.0, help="s before effects are visible")
     parser.add_argument("--hang", type=float, default=5.0, help="s a timeout fault holds on")
     parser.add_argument("--default-fault", default="ok", help="fault when a plan is empty")
+    parser.add_argument("--latency", type=float, default=0.0, help="s before each answer")
     args = parser.parse_args(argv)
 
     stop = threading.Event()
@@ -601,6 +630,7 @@ def main(argv: list[str] | None = None) -> int:
         lag=args.lag,
         hang=args.hang,
         default_fault=args.default_fault,
+        latency=args.latency,
     )
     with server:
         print(server.url, flush=True)

@@ -256,6 +256,12 @@ class Ledger(ABC):
             )
         )
 
+    def ids(self, prefix: str = "", limit: int = 200) -> list[str]:
+        """Action ids that start with ``prefix`` (case-sensitive), in id order: shell
+        completion. Backends answer it with a range on the key."""
+        found = sorted(r.action_id for r in self.records() if r.action_id.startswith(prefix))
+        return found[:limit]
+
     @abstractmethod
     def names(self) -> list[tuple[str, str]]:
         """Every (provider, operation) the ledger holds records of."""

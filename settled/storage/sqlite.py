@@ -58,7 +58,6 @@ from .base import (
 APPLICATION_ID = 0x53544C44  # "STLD": marks a file as a settled ledger
 SCHEMA_VERSION = 4  # == sqlite_schema.LATEST (checked by a test)
 DEFAULT_BUSY_TIMEOUT = 10.0
-SQLITE_HEADER = b"SQLite format 3\x00"
 HAS_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)  # UPDATE … RETURNING
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM actions"
 
@@ -129,6 +128,14 @@ class SqliteLedger(Ledger):
                 if not new:
                     new = ledger._check_identity()
                 ledger._setup(new=new)
+        except LedgerError as exc:
+            conn.close()
+            if "file is not a database" in str(exc):
+                raise LedgerError(
+                    f"{path} is not a settled ledger (not an SQLite database); refusing to "
+                    "write to it"
+                ) from None
+            raise
         except BaseException:
             conn.close()
             raise
@@ -296,6 +303,14 @@ class SqliteLedger(Ledger):
         where, args = self._where(selection or Selection())
         with self._mapped("read"):
             return int(self._read_one(f"SELECT count(*) FROM actions{where}", args)[0])
+
+    def ids(self, prefix: str = "", limit: int = 200) -> list[str]:
+        rows = self._read_all(
+            "SELECT action_id FROM actions WHERE action_id >= ? AND action_id < ?"
+            " ORDER BY action_id LIMIT ?",
+            (prefix, prefix + "\U0010ffff", int(limit)),
+        )
+        return [str(r[0]) for r in rows]
 
     def names(self) -> list[tuple[str, str]]:
         rows = self._read_all("SELECT DISTINCT provider, operation FROM actions ORDER BY 1, 2")
@@ -629,23 +644,17 @@ def _prepare_file(path: str, create: bool) -> bool:
         else:
             os.fchmod(fd, 0o600)
             os.close(fd)
-    else:
-        _tighten(path, st)
-        for side in ("-wal", "-shm"):
-            try:
-                _tighten(path + side, os.stat(path + side))
-            except OSError:
-                pass
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(100)
-    except OSError as exc:
-        raise LedgerError(f"cannot read ledger {path}: {exc.strerror}") from None
-    if head and not head.startswith(SQLITE_HEADER):
-        raise LedgerError(
-            f"{path} is not a settled ledger (not an SQLite database); refusing to write to it"
-        )
-    return not head
+        return True
+    _tighten(path, st)
+    for side in ("-wal", "-shm"):
+        try:
+            _tighten(path + side, os.stat(path + side))
+        except OSError:
+            pass
+    # The header is read through SQLite (``_check_identity``), never with open():
+    # closing any descriptor of the file would drop the POSIX locks that another
+    # connection of this process holds on it, mid-write (SQLite's "How To Corrupt", 2.2).
+    return st.st_size == 0
 
 
 def _tighten(path: str, st: os.stat_result) -> None:

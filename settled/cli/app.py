@@ -1,0 +1,103 @@
+"""The Typer app: global options, ``--version``, ``-h``, shell completion, and the
+commands (each group registers itself from its own module)."""
+
+from __future__ import annotations
+
+import typer
+
+from . import common
+
+
+def _plain_argument_metavars() -> None:
+    """Typer 0.29 prints an argument's Python type after its name in help
+    ('ACTION_ID <str>', '<list[str]>') even when a metavar says what it is. Every
+    argument here has a metavar; show just that."""
+    try:
+        from typer.core import TyperArgument
+    except ImportError:  # another Typer: its own rendering stands
+        return
+    original = getattr(TyperArgument, "display_type_rich", None)
+    if original is None:
+        return
+
+    def display_type_rich(self: TyperArgument, ctx: object) -> str | None:
+        return None if self.metavar else original(self, ctx)
+
+    TyperArgument.display_type_rich = display_type_rich  # type: ignore[method-assign,assignment]
+
+
+_plain_argument_metavars()
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+app = typer.Typer(
+    name="settled",
+    help=(
+        "An honest ledger for side effects: never 'done' before the effect is observed.\n\n"
+        "Exit codes: 0 done/listed, 1 error, 2 usage, 3 pending, 4 unresolved, 5 failed,"
+        " 6 not found, 7 conflict."
+    ),
+    epilog=(
+        "Shell completion: `settled --install-completion` (bash, zsh, fish), or "
+        "`settled --show-completion` to print the script."
+    ),
+    add_completion=True,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings=CONTEXT,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("settled")
+        except PackageNotFoundError:
+            v = "unknown (not installed)"
+        typer.echo(f"settled {v}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _globals(
+    db: str = typer.Option(
+        None,
+        "--db",
+        envvar="SETTLED_DB",
+        metavar="PATH",
+        help="Ledger file, or a postgresql:// URL (env SETTLED_DB).",
+        show_default=False,
+    ),
+    config: str = typer.Option(
+        None,
+        "--config",
+        envvar="SETTLED_CONFIG",
+        metavar="PATH",
+        help="Config file (env SETTLED_CONFIG; default ./settled.toml when present).",
+        show_default=False,
+    ),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_version,
+        is_eager=True,
+        help="Print settled's version and exit.",
+    ),
+) -> None:
+    common.STATE.db = db
+    common.STATE.config_path = config
+
+
+from . import actions, daemon_cmd, demo, listing, mcp_cmd, migrate_cmd, providers_cmd, settle  # noqa: E402  (commands register on `app`)
+
+actions.register(app)
+listing.register(app)
+settle.register(app)
+daemon_cmd.register(app)
+providers_cmd.register(app)
+demo.register(app)
+mcp_cmd.register(app)
+migrate_cmd.register(app)

@@ -1,0 +1,341 @@
+"""show and queue: the commands that only read. They never create a ledger: a
+missing one is exit 1 with its path."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import typer
+
+from . import complete
+from .common import EXIT_BY_STATUS, STATE, STATUSES, emit_json, next_step, one_line, parse_duration
+from .render import Col, ago, console, default_format, iso, listing, status_text, term, text
+
+SHOW_HELP = """Show one action: what it was (params, times), where it stands, and every event.
+
+Exit code 0 when the action exists (6 when it does not), so that
+`settled show ID --json | jq -r .status` is safe under `set -e`; --exit-status exits
+with the status code instead (0 CONFIRMED, 3 pending, 4 unresolved, 5 FAILED).
+Times are ISO-8601 in UTC ('Z').
+
+\b
+Examples:
+  settled show order-42-mail
+  settled show order-42-mail --json | jq '.events[-1]'
+  settled show order-42-mail --exit-status && echo done
+"""
+
+QUEUE_HELP = """List the actions nobody can call done yet (DENIED_UNRESOLVED by default),
+oldest first, with what settles each next.
+
+On a terminal: a table that fits its width (ids are never cut; the why column wraps
+at word boundaries; att, tier, operation, age and next give way in that order when
+it is too narrow). On a pipe: tab-separated lines with a header (-o tsv), one line
+per action. -o wide adds absolute times; --json (or -o json) prints an array.
+
+Exit 0, or 4 with --fail-if-any when any action is listed. An unknown --provider or
+--operation is an error (exit 1) listing the real names.
+
+\b
+Examples:
+  settled queue
+  settled queue --status all --provider mail --operation send -o wide
+  settled queue --older-than 10m --fail-if-any >/dev/null || page-oncall
+  settled queue -o tsv | cut -f1 | settled resolve - --not-applied --reason "bounced" --yes
+"""
+
+
+def render_show(rec: Any, events: list[Any], now: Any) -> None:
+    from rich.padding import Padding
+    from rich.table import Table
+
+    from .common import config_secrets, redact_params
+
+    con = console()
+    con.print(
+        text((rec.action_id, "bold"), "  ") + status_text(rec.status),
+        no_wrap=True,
+        overflow="ignore",
+        crop=False,
+    )
+    try:
+        params = json.dumps(redact_params(rec.params, config_secrets()), ensure_ascii=False)
+    except (RecursionError, ValueError):
+        params = "(nested too deeply to show here; see --json)"
+
+    def when(t: str | None, never: str = "-") -> str:
+        if not t:
+            return never
+        rel = ago(t, now)
+        return f"{iso(t)} ({rel})" if rel.startswith("in ") else f"{iso(t)} ({rel} ago)"
+
+    manual = "a person (manual verification)" if rec.requires_manual_verification else "queries"
+    fields = [
+        ("operation", f"{rec.provider}/{rec.operation}"),
+        ("tier", f"{rec.tier}; verified by {manual}"),
+        ("params", params),
+        ("created", when(rec.created_at)),
+        ("dispatched", when(rec.dispatched_at, "not yet")),
+        ("eligible at", iso(rec.eligible_at) if rec.eligible_at else "never (manual verification)"),
+        (
+            "confirmed",
+            f"{when(rec.confirmed_at)} by {rec.confirmed_by}" if rec.confirmed_at else "-",
+        ),
+        ("updated", when(rec.updated_at)),
+        ("attempt", f"{rec.attempt} (idempotency key {rec.idempotency_key})"),
+        ("delivery/acceptance", f"{rec.delivery} / {rec.acceptance}"),
+        ("reconciliation key", rec.reconciliation_key or "-"),
+        ("provider object", rec.provider_object_id or "-"),
+    ]
+    if rec.lease_expires_at:
+        fields.append(("dispatch lease", f"until {iso(rec.lease_expires_at)}"))
+    if rec.next_check_at:
+        fields.append(("next check", f"{iso(rec.next_check_at)} (checks so far: {rec.checks})"))
+    if rec.verify_deadline_at:
+        fields.append(("verify until", iso(rec.verify_deadline_at)))
+    if getattr(rec, "lands_by", None) and not rec.terminal:
+        fields.append(("may land until", iso(rec.lands_by)))
+    if getattr(rec, "contradiction", None):
+        fields.append(
+            (
+                "CONTRADICTED",
+                f"{rec.contradiction}; retry is blocked until a person "
+                "resolves it (settled resolve)",
+            )
+        )
+    fields += [("why", rec.reason or "-"), ("next", next_step(rec))]
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    for k, v in fields:
+        grid.add_row(text(k), text((v, "bold red" if k == "CONTRADICTED" else "")))
+    con.print(Padding(grid, (0, 0, 0, 2), expand=False))
+    con.print(text(("events", "bold")))
+    for e in events:
+        move = f"{e.from_status or '∅'} → {e.to_status}"
+        con.print(
+            Padding(
+                text(f"{e.id:>3}  {iso(e.at)}  ", (e.actor, "bold"), f"  {e.kind}  {move}"),
+                (0, 0, 0, 1),
+                expand=False,
+            )
+        )
+        con.print(Padding(text(event_detail(e)), (0, 0, 0, 7), expand=False))
+
+
+def event_detail(e: Any) -> str:
+    """One event's evidence in words: the reason, then what backs it."""
+    d = e.detail
+    parts = [str(d["reason"])] if d.get("reason") else []
+    for key, label in (
+        ("evidence", "evidence"),
+        ("object_id", "object"),
+        ("seen", "seen"),
+        ("check", "check"),
+        ("lease_expires_at", "lease"),
+    ):
+        if d.get(key) not in (None, "") and (key != "lease_expires_at" or e.kind != "claimed"):
+            value = iso(d[key]) if key == "lease_expires_at" else d[key]
+            parts.append(f"{label}: {value}")
+    if e.kind == "claimed":
+        parts.append(
+            f"key {d.get('idempotency_key')}, lease until {iso(d.get('lease_expires_at'))}"
+        )
+    if e.kind == "retry":
+        parts.append(
+            f"attempt {d.get('attempt')}; previous key {d.get('previous_idempotency_key')}"
+        )
+    if e.kind == "recorded":
+        parts.append(
+            f"tier {d.get('tier')}, eligible at {iso(d.get('eligible_at'), never='never')}"
+        )
+    if e.kind == "resolved" and d.get("by"):
+        parts.append(f"by {d['by']}")
+    if not parts:
+        parts.append(json.dumps(d, ensure_ascii=False, default=str)[:300])
+    return one_line("; ".join(str(p) for p in parts))
+
+
+def queue_columns(now: Any, statuses: list[str]) -> list[Col]:
+    cols = [Col("action", lambda r: r.action_id)]
+    if len(statuses) > 1:
+        cols.append(Col("status", lambda r: str(r.status), style=lambda r: status_style(r.status)))
+    cols += [
+        Col(
+            "age",
+            lambda r: ago(r.created_at, now),
+            lambda r: iso(r.created_at),
+            give_way=4,
+            right=True,
+        ),
+        Col("operation", lambda r: f"{r.provider}/{r.operation}", give_way=3),
+        Col("tier", lambda r: str(r.tier), give_way=2),
+        Col("att", lambda r: str(r.attempt), give_way=1, right=True),
+        Col("next", lambda r: next_step(r, now), next_step, give_way=5),
+        Col("created", lambda r: iso(r.created_at), wide=True),
+        Col("next check", lambda r: iso(r.next_check_at), wide=True),
+        Col("why", why, flex=True),
+    ]
+    return cols
+
+
+def tsv_columns() -> list[Col]:
+    return [
+        Col("action", lambda r: r.action_id),
+        Col("status", lambda r: str(r.status)),
+        Col("created", lambda r: iso(r.created_at)),
+        Col("provider", lambda r: r.provider),
+        Col("operation", lambda r: r.operation),
+        Col("tier", lambda r: str(r.tier)),
+        Col("attempt", lambda r: str(r.attempt)),
+        Col("next_check", lambda r: iso(r.next_check_at)),
+        Col("next", next_step),
+        Col("why", why),
+    ]
+
+
+def why(rec: Any) -> str:
+    """The why cell: a contradiction of a terminal status first (rule 9), then the reason."""
+    reason = one_line(rec.reason or "")
+    if getattr(rec, "contradiction", None):
+        return f"CONTRADICTED: {one_line(rec.contradiction)}" + (f"; {reason}" if reason else "")
+    return reason
+
+
+def status_style(status: object) -> str:
+    from .render import STATUS_STYLE
+
+    return STATUS_STYLE.get(str(status), "")
+
+
+def parse_statuses(status: str) -> list[str]:
+    from ..errors import UsageError
+
+    if status.strip().lower() == "all":
+        return list(STATUSES)
+    statuses = [s.strip().upper() for s in status.split(",") if s.strip()]
+    bad = [s for s in statuses if s not in STATUSES]
+    if bad or not statuses:
+        raise UsageError(
+            f"--status {term(status, 100)}: unknown status; use one of {', '.join(STATUSES)} or all"
+        )
+    return list(dict.fromkeys(statuses))
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(help=SHOW_HELP)
+    def show(
+        action_id: str = typer.Argument(
+            ..., metavar="ACTION_ID", autocompletion=complete.action_ids, help="The action to show."
+        ),
+        exit_status: bool = typer.Option(
+            False, "--exit-status", help="Exit with the status code (0, 3, 4, 5) instead of 0."
+        ),
+        as_json: bool = typer.Option(False, "--json", help="The record and its events as JSON."),
+    ) -> None:
+        from ..clock import utcnow
+        from .actions import check_id
+
+        check_id(action_id)
+        ledger = STATE.ledger(create=False)
+        rec = ledger.get(action_id)
+        events = ledger.events(action_id)
+        if as_json:
+            data = rec.to_json()
+            data["events"] = [e.to_json() for e in events]
+            emit_json(data)
+        else:
+            render_show(rec, events, utcnow())
+        raise typer.Exit(EXIT_BY_STATUS[rec.status] if exit_status else 0)
+
+    @app.command(help=QUEUE_HELP)
+    def queue(
+        status: str = typer.Option(
+            "DENIED_UNRESOLVED",
+            "--status",
+            metavar="STATUS[,STATUS…]|all",
+            autocompletion=complete.statuses,
+            help="Statuses to list.",
+        ),
+        provider: str = typer.Option(
+            None,
+            "--provider",
+            metavar="NAME",
+            autocompletion=complete.providers,
+            help="Only this provider.",
+        ),
+        operation: str = typer.Option(
+            None,
+            "--operation",
+            metavar="NAME",
+            autocompletion=complete.operations,
+            help="Only this operation.",
+        ),
+        older_than: str = typer.Option(
+            None,
+            "--older-than",
+            metavar="DURATION",
+            help="Only actions created longer ago than e.g. 90s, 10m, 2h, 1d.",
+        ),
+        fail_if_any: bool = typer.Option(
+            False, "--fail-if-any", help="Exit 4 when any action is listed (for monitors)."
+        ),
+        limit: int = typer.Option(
+            1000,
+            "--limit",
+            metavar="N",
+            min=1,
+            help="At most N rows (a note on stderr says when more exist).",
+        ),
+        output: str = typer.Option(
+            None,
+            "-o",
+            "--output",
+            metavar="table|wide|tsv|json",
+            autocompletion=complete.formats,
+            help="Output format (default: table on a terminal, tsv on a pipe).",
+            show_default=False,
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Rows as a JSON array (= -o json)."),
+    ) -> None:
+        from dataclasses import replace
+
+        from ..clock import plus, to_text, utcnow
+        from ..storage.base import Selection
+        from .common import check_filters
+
+        statuses = parse_statuses(status)
+        fmt = default_format(output, as_json)
+        now = utcnow()
+        before = to_text(plus(now, -parse_duration(older_than))) if older_than else None
+        ledger = STATE.ledger(create=False)
+        check_filters(ledger, provider, operation)
+        limit = min(limit, 2**63 - 1)  # SQLite's largest integer; more rows cannot exist
+        sel = Selection(
+            statuses=statuses, provider=provider, operation=operation, created_before=before
+        )
+        rows = ledger.records(replace(sel, limit=limit))
+        total = ledger.count(sel) if len(rows) >= limit else len(rows)
+        title = f"queue: {', '.join(statuses)} ({total})"
+        if fmt == "json":
+            emit_json([{**r.to_json(), "next": next_step(r)} for r in rows])
+        elif fmt == "tsv":
+            listing(tsv_columns(), rows, "tsv")
+        else:
+            listing(
+                queue_columns(now, statuses),
+                rows,
+                fmt,
+                title=title,
+                empty=f"queue ({', '.join(statuses)}): empty",
+            )
+        if total > len(rows):
+            console(stderr=True).print(
+                text(
+                    f"settled: showing the oldest {len(rows)} of {total}; raise --limit to see the rest"
+                )
+            )
+        sys.stdout.flush()
+        raise typer.Exit(4 if (fail_if_any and rows) else 0)

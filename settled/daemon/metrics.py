@@ -1,0 +1,185 @@
+"""``settled daemon --metrics HOST:PORT``: Prometheus metrics and a health check.
+
+- ``/metrics``: ``settled_transitions_total{from_status,to_status,kind}``,
+  ``settled_queue_depth{status,provider}`` (open records, as of the last pass),
+  ``settled_checks_total{result}`` (what each provider query observed; ``error`` when
+  it could not observe anything), ``settled_passes_total{result}``,
+  ``settled_pass_duration_seconds`` (histogram),
+  ``settled_last_successful_pass_timestamp_seconds`` and ``settled_healthy``.
+- ``/healthz``: 200 while passes succeed; 503 before the first pass has finished and
+  after a failed one.
+
+prometheus_client is an optional extra (``pip install 'settled[metrics]'``): only a
+daemon that exports metrics needs it. The HTTP server is the standard library's, so
+that ``/healthz`` lives beside ``/metrics`` on one port.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from ..errors import UsageError
+
+OPEN = ("PENDING", "IN_FLIGHT", "AWAITING_VERIFICATION", "DENIED_UNRESOLVED")
+INSTALL = "pip install 'settled[metrics]'"
+
+
+def require() -> None:
+    """Exit 1 naming the install command when prometheus_client is missing."""
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        raise UsageError(f"--metrics needs the prometheus_client package: {INSTALL}") from None
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """'127.0.0.1:9108', '[::1]:9108', 'localhost:9108' or ':9108' (all interfaces);
+    port 0 takes a free port (the ``started`` line says which)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise UsageError(f"--metrics {text!r}: use HOST:PORT, e.g. 127.0.0.1:9108")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    return host or "0.0.0.0", int(port)  # noqa: S104 - ':PORT' asks for every interface
+
+
+class Metrics:
+    def __init__(self) -> None:
+        require()
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.transitions = Counter(
+            "settled_transitions",
+            "Status moves this daemon made.",
+            ["from_status", "to_status", "kind"],
+            registry=r,
+        )
+        self.checks = Counter(
+            "settled_checks",
+            "Provider queries, by what they observed (error: nothing could be observed).",
+            ["result"],
+            registry=r,
+        )
+        self.passes = Counter(
+            "settled_passes", "Reconciliation passes, by result.", ["result"], registry=r
+        )
+        self.duration = Histogram(
+            "settled_pass_duration_seconds",
+            "How long a reconciliation pass took.",
+            registry=r,
+            buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900),
+        )
+        self.last_success = Gauge(
+            "settled_last_successful_pass_timestamp_seconds",
+            "Unix time at which the last successful pass ended.",
+            registry=r,
+        )
+        self.healthy = Gauge(
+            "settled_healthy", "1 while the last pass succeeded, else 0.", registry=r
+        )
+        self._queue: dict[tuple[str, str], int] = {}
+        self._ok: bool | None = None  # None: no pass has finished yet
+        self._why = "no pass has finished yet"
+        r.register(_QueueCollector(self))
+        for result in ("ok", "failed"):
+            self.passes.labels(result)  # exported at 0 from the start
+        self._server: ThreadingHTTPServer | None = None
+
+    # -- what the sweeper reports
+    def transition(self, ch: Any) -> None:
+        self.transitions.labels(ch.from_status, ch.to_status, ch.kind).inc()
+        if ch.seen:
+            self.checks.labels(ch.seen).inc()
+
+    def check(self, ch: Any, failed: bool) -> None:
+        self.checks.labels("error" if failed else (ch.seen or "error")).inc()
+
+    def pass_ended(self, ok: bool, seconds: float, ended_at: float, why: str = "") -> None:
+        self.duration.observe(seconds)
+        self.passes.labels("ok" if ok else "failed").inc()
+        self.healthy.set(1 if ok else 0)
+        if ok:
+            self.last_success.set(ended_at)
+        self._ok, self._why = ok, why
+
+    def queue(self, counts: dict[tuple[str, str], int]) -> None:
+        """Records by (status, provider), as the ledger counted them after a pass."""
+        depth = {k: n for k, n in counts.items() if k[0] in OPEN}
+        self._queue = depth  # replaced whole: a scrape sees one pass's figures
+
+    def health(self) -> tuple[int, str]:
+        if self._ok:
+            return 200, "ok\n"
+        return 503, f"unhealthy: {self._why}\n"
+
+    # -- serving
+    def serve(self, host: str, port: int) -> tuple[str, int]:
+        """Listen now (so a taken port stops the daemon at start); serve in a thread."""
+        from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+        metrics = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    code, body, ctype = 200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST
+                elif path == "/healthz":
+                    code, text = metrics.health()
+                    body, ctype = text.encode(), "text/plain; charset=utf-8"
+                else:
+                    code, body, ctype = 404, b"not found: try /metrics or /healthz\n", "text/plain"
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # scrapes every few seconds do not belong in the daemon's log
+
+        try:
+            self._server = ThreadingHTTPServer((host, port), Handler)
+        except OSError as exc:
+            raise UsageError(
+                f"--metrics {host}:{port}: cannot listen: {exc.strerror or exc}"
+            ) from None
+        self._server.daemon_threads = True
+        threading.Thread(
+            target=self._server.serve_forever, name="settled-metrics", daemon=True
+        ).start()
+        bound = self._server.server_address
+        return str(bound[0]), int(bound[1])
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+class _QueueCollector:
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        g = GaugeMetricFamily(
+            "settled_queue_depth",
+            "Open records by status and provider, as of the last pass.",
+            labels=["status", "provider"],
+        )
+        for (status, provider), n in sorted(self.metrics._queue.items()):
+            g.add_metric([status, provider], n)
+        yield g
+
+    def describe(self) -> list[Any]:
+        return []
+
+
+__all__ = ["INSTALL", "Metrics", "parse_address", "require"]

@@ -1,0 +1,351 @@
+"""The daemon as a service: it refuses to start on a bad config, logs a warning per
+failed check and a heartbeat, serves Prometheus metrics and /healthz, speaks
+systemd's notify protocol (READY, WATCHDOG, STOPPING), and never lets APScheduler's
+raw lines into its log. Real processes; metrics parsed with prometheus_client's own
+parser; the watchdog read from a unix datagram socket the test listens on."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT, popen_cli, run_cli, sim_conf, write_config
+
+from settled.dispatch import Dispatcher
+from settled.ledger import Ledger
+from settled.providers import Registry
+from settled.providers.sim_server import SimServer
+
+
+def lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in text.splitlines() if x.strip()]
+
+
+def fill(db_path: Path, sim: SimServer, plan: dict[str, str], provider: str = "sim") -> None:
+    reg = Registry({provider: sim_conf(sim, verify_deadline=600.0)}, source="test")
+    try:
+        with Ledger.open(db_path) as led:
+            d = Dispatcher(led, reg)
+            for aid, fault in plan.items():
+                sim.plan(aid, fault)
+                d.submit(provider, "send", {"n": aid}, action_id=aid)
+    finally:
+        reg.close()
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = int(s.getsockname()[1])
+    s.close()
+    return port
+
+
+def read_until(
+    proc: subprocess.Popen[str], event: str, timeout: float = 30
+) -> list[dict[str, Any]]:
+    """Log lines of a running daemon up to the first ``event`` line."""
+    assert proc.stderr is not None
+    seen: list[dict[str, Any]] = []
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        ready, _, _ = select.select([proc.stderr], [], [], 0.5)
+        if not ready:
+            continue
+        line = proc.stderr.readline()
+        assert line, f"the daemon ended: {seen}"
+        seen.append(json.loads(line))
+        if seen[-1]["event"] == event:
+            return seen
+    raise AssertionError(f"no {event} line in {seen}")
+
+
+def stop(proc: subprocess.Popen[str]) -> str:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    return err
+
+
+@pytest.fixture
+def blackhole() -> Iterator[socket.socket]:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(128)
+    yield s
+    s.close()
+
+
+# -- fail fast ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("toml", "needle"),
+    [
+        (
+            '[providers.mail]\ntype = "http"\nbase_url = "https://api.example.com"\n'
+            'headers = { Authorization = "Bearer ${SETTLED_TEST_UNSET_TOKEN}" }\n'
+            '[providers.mail.operations.send]\ntier = "blind"\nrequest = { method = "POST", path = "/m" }\n',
+            "SETTLED_TEST_UNSET_TOKEN is not set",
+        ),
+        ('[providers.x]\ntype = "nope"\n', "unknown provider type 'nope'"),
+        ("[daemon]\ninterval = 1e300\n", "daemon.interval"),
+        ("[providers.x\n", "invalid TOML"),
+    ],
+)
+def test_a_bad_config_stops_the_daemon_at_start(
+    tmp_path: Path, db_path: Path, toml: str, needle: str
+) -> None:
+    (tmp_path / "settled.toml").write_text(toml)
+    out = run_cli("daemon", "--interval", "1") if "interval" not in toml else run_cli("daemon")
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.count("\n") == 1 and needle in out.stderr, out.stderr
+    assert out.stdout == "" and not db_path.exists()
+
+
+def test_metrics_needs_its_extra(sim_config: Path) -> None:
+    code = (
+        "import sys\nsys.modules['prometheus_client'] = None\n"
+        "from settled.cli import main\nmain(['daemon', '--once', '--metrics', '127.0.0.1:0'])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 1 and "pip install 'settled[metrics]'" in out.stderr, out.stderr
+
+
+def test_a_taken_metrics_port_stops_the_daemon_at_start(sim_config: Path) -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    try:
+        port = taken.getsockname()[1]
+        out = run_cli("daemon", "--metrics", f"127.0.0.1:{port}")
+        assert out.returncode == 1 and "cannot listen" in out.stderr, out.stderr
+    finally:
+        taken.close()
+
+
+# -- the log ------------------------------------------------------------------------------
+
+
+def test_every_failed_check_is_a_warning_line(
+    tmp_path: Path, sim: SimServer, db_path: Path
+) -> None:
+    fill(db_path, sim, {"a": "ok", "b": "ok"})
+    dead = f"http://127.0.0.1:{free_port()}"  # connection refused: an outage
+    write_config(
+        tmp_path / "settled.toml", {"sim": sim_conf(sim, base_url=dead, verify_deadline=600.0)}
+    )
+    out = run_cli("daemon", "--once")
+    assert out.returncode == 0, out.stderr
+    warned = [e for e in lines(out.stderr) if e["event"] == "check_failed"]
+    assert sorted(e["action_id"] for e in warned) == ["a", "b"]
+    for e in warned:
+        assert (e["level"], e["provider"], e["operation"], e["error"]) == (
+            "warning",
+            "sim",
+            "send",
+            "ConnectError",
+        )
+    summary = next(e for e in lines(out.stderr) if e["event"] == "pass")
+    assert summary["failed_checks"] == 2
+
+
+def test_reconcile_due_writes_the_same_json_lines_for_cron(
+    tmp_path: Path, sim: SimServer, db_path: Path
+) -> None:
+    fill(db_path, sim, {"a": "ok", "b": "bounce"})
+    write_config(tmp_path / "settled.toml", {"sim": sim_conf(sim)})
+    out = run_cli("reconcile", "--due", "--log", "json")
+    assert out.returncode == 0 and out.stdout == "", out.stderr
+    log = lines(out.stderr)
+    assert {(e["action_id"], e["to"]) for e in log if e["event"] == "transition"} == {
+        ("a", "CONFIRMED"),
+        ("b", "FAILED"),
+    }
+    assert log[-1]["event"] == "pass" and log[-1]["examined"] == 2
+
+
+def test_heartbeat_and_no_raw_scheduler_lines(
+    tmp_path: Path, sim: SimServer, db_path: Path, blackhole: socket.socket
+) -> None:
+    """A pass that outlasts a short interval (its query hangs on a black hole) is
+    reported once as pass_overrun; heartbeats keep coming at their own pace."""
+    fill(db_path, sim, {"a": "ok"})
+    url = f"http://127.0.0.1:{blackhole.getsockname()[1]}"
+    write_config(
+        tmp_path / "settled.toml",
+        {"sim": sim_conf(sim, base_url=url, timeout=1.5, verify_deadline=600.0)},
+    )
+    proc = popen_cli("daemon", "--interval", "0.1", "--heartbeat", "1")
+    try:
+        seen = read_until(proc, "heartbeat")
+        seen += read_until(proc, "heartbeat")
+    finally:
+        err = stop(proc)
+    assert proc.returncode == 0, err
+    assert "maximum number of running instances" not in err, err
+    assert "pass_overrun" in {e["event"] for e in seen + lines(err)}, (seen, err)
+    beat = next(e for e in seen if e["event"] == "heartbeat")
+    assert {"passes", "failed_passes", "last_pass_ok", "in_pass", "open"} <= set(beat)
+
+
+# -- metrics and health -------------------------------------------------------------------
+
+
+def scrape(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_metrics_are_served_and_parse(
+    tmp_path: Path, sim: SimServer, db_path: Path, blackhole: socket.socket
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    fill(db_path, sim, {"ok1": "ok", "ok2": "ok", "gone": "bounce"})
+    fill(db_path, sim, {"slow": "ok"}, provider="slow")
+    url = f"http://127.0.0.1:{blackhole.getsockname()[1]}"
+    write_config(
+        tmp_path / "settled.toml",
+        {
+            "sim": sim_conf(sim, verify_deadline=600.0),
+            "slow": sim_conf(sim, base_url=url, timeout=2.0, verify_deadline=600.0),
+        },
+    )
+    port = free_port()
+    proc = popen_cli("daemon", "--interval", "0.5", "--metrics", f"127.0.0.1:{port}")
+    try:
+        ready, _, _ = select.select([blackhole], [], [], 30)  # the first pass is under way
+        assert ready, "the daemon never queried"
+        code, body = scrape(port, "/healthz")
+        assert code == 503 and "no pass has finished yet" in body  # before the first pass ends
+        read_until(proc, "pass")
+        code, body = scrape(port, "/healthz")
+        assert code == 200 and body == "ok\n"
+        code, text = scrape(port, "/metrics")
+        assert code == 200
+    finally:
+        err = stop(proc)
+    assert proc.returncode == 0, err
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    assert all(
+        name.startswith("settled_") for name in fams if not name.startswith(("python_", "process_"))
+    )
+
+    def value(name: str, **labels: str) -> float:
+        for s in fams[name].samples:
+            if s.name in (name, name + "_total") and all(
+                s.labels.get(k) == v for k, v in labels.items()
+            ):
+                return float(s.value)
+        raise AssertionError((name, labels, fams[name].samples))
+
+    assert value("settled_transitions", to_status="CONFIRMED", kind="reconciled") == 2
+    assert value("settled_transitions", to_status="FAILED") == 1
+    assert value("settled_checks", result="applied") == 2
+    assert value("settled_checks", result="error") >= 1  # the black hole's timeout
+    assert value("settled_queue_depth", status="AWAITING_VERIFICATION", provider="slow") == 1
+    assert value("settled_passes", result="ok") >= 1
+    assert value("settled_last_successful_pass_timestamp_seconds") > 0
+    assert value("settled_healthy") == 1
+    assert fams["settled_pass_duration_seconds"].type == "histogram"
+
+
+def test_healthz_is_503_after_a_failed_pass() -> None:
+    from settled.daemon import Sweeper, json_lines
+    from settled.daemon.metrics import Metrics
+
+    board = Metrics()
+    led = Ledger.open(":memory:")
+    sweeper = Sweeper(led, Registry({}), metrics=board, log=json_lines(io.StringIO()))
+    assert board.health()[0] == 503
+    sweeper.run_pass()
+    assert board.health() == (200, "ok\n")
+    led.close()  # every pass now fails
+    sweeper.run_pass()
+    code, why = board.health()
+    assert code == 503 and "closed database" in why
+
+
+# -- systemd ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def notify_socket(tmp_path: Path) -> Iterator[tuple[socket.socket, str]]:
+    path = str(tmp_path / "notify.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(path)
+    s.settimeout(20)
+    yield s, path
+    s.close()
+
+
+def test_ready_watchdog_and_stopping_reach_the_notify_socket(
+    sim_config: Path, notify_socket: tuple[socket.socket, str]
+) -> None:
+    sock, path = notify_socket
+    proc = popen_cli(
+        "daemon", "--interval", "1", env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "400000"}
+    )
+    try:
+        got = [sock.recv(4096).decode() for _ in range(3)]
+        assert got[0].startswith("READY=1\n") and f"MAINPID={proc.pid}" in got[0]
+        assert got[1:] == ["WATCHDOG=1", "WATCHDOG=1"]
+        proc.send_signal(signal.SIGTERM)
+        rest = []
+        while "STOPPING=1" not in rest:
+            rest.append(sock.recv(4096).decode())
+    finally:
+        err = stop(proc)
+    assert proc.returncode == 0, err
+    started = lines(err)[0]
+    assert started["notify"] is True and started["watchdog"] == 0.2
+
+
+def test_a_watchdog_meant_for_another_process_is_ignored(
+    sim_config: Path, notify_socket: tuple[socket.socket, str]
+) -> None:
+    from settled.daemon.notify import Notifier
+
+    _, path = notify_socket
+    assert (
+        Notifier(
+            {
+                "NOTIFY_SOCKET": path,
+                "WATCHDOG_USEC": "1000000",
+                "WATCHDOG_PID": str(os.getpid() + 1),
+            }
+        ).watchdog
+        is None
+    )
+    assert (
+        Notifier({"NOTIFY_SOCKET": "@abstract", "WATCHDOG_USEC": "1000000"}).address == "\0abstract"
+    )
+    assert Notifier({}).send("READY=1") is False

@@ -1,0 +1,103 @@
+"""What a real terminal shows: a command run in a detached tmux session of a given
+size, read back with ``capture-pane``. Each test gets its own tmux server socket."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from conftest import ROOT
+
+DONE = "__settled_done__"
+
+
+def tmux_available() -> bool:
+    return shutil.which("tmux") is not None
+
+
+def run_in_terminal(
+    args: list[str],
+    *,
+    width: int,
+    height: int = 60,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+    keys: list[str] | None = None,
+    wait_for: str | None = None,
+) -> str:
+    """Run ``settled ARGS`` in a width × height terminal; return what the screen shows
+    (the whole scrollback) once the command ended. ``keys`` are typed once
+    ``wait_for`` appears on the screen."""
+    sock = f"settled-test-{uuid.uuid4().hex[:8]}"
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("NO_COLOR", None)
+    full_env["TERM"] = "xterm-256color"
+    cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "settled", *args])
+    envs = " ".join(
+        f"{k}={shlex.quote(v)}"
+        for k, v in full_env.items()
+        if k.startswith(("SETTLED_", "XDG_", "PATH", "HOME", "PYTHON"))
+    )
+    script = f"cd {shlex.quote(str(ROOT))} && env {envs} {cmd}; echo; echo {DONE}$?; sleep 600"
+    base = ["tmux", "-L", sock]
+    subprocess.run(
+        [
+            *base,
+            "new-session",
+            "-d",
+            "-x",
+            str(width),
+            "-y",
+            str(height),
+            "bash",
+            "--norc",
+            "-c",
+            script,
+        ],
+        check=True,
+        env=full_env,
+    )
+    try:
+        subprocess.run([*base, "set-option", "-g", "history-limit", "10000"], check=False)
+        end = time.monotonic() + timeout
+        typed = False
+        while True:
+            screen = capture(base)
+            if keys and not typed and wait_for and wait_for in screen:
+                for k in keys:
+                    subprocess.run([*base, "send-keys", "-t", "0", k], check=True)
+                typed = True
+            if DONE in screen:
+                return capture(base)
+            assert time.monotonic() < end, screen
+            time.sleep(0.1)
+    finally:
+        subprocess.run([*base, "kill-server"], check=False, capture_output=True)
+
+
+def capture(base: list[str]) -> str:
+    out = subprocess.run(
+        [*base, "capture-pane", "-p", "-S", "-", "-t", "0"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return out.stdout
+
+
+def exit_code(screen: str) -> int:
+    line = next(x for x in screen.splitlines() if x.startswith(DONE))
+    return int(line[len(DONE) :])
+
+
+def screen_lines(screen: str) -> list[str]:
+    return [x.rstrip() for x in screen.split(DONE, maxsplit=1)[0].splitlines()]
+
+
+__all__ = ["Path", "capture", "exit_code", "run_in_terminal", "screen_lines", "tmux_available"]
