@@ -32,8 +32,23 @@ ROOT = Path(__file__).resolve().parent.parent
 
 BACKENDS = ("sqlite", "postgres")
 LEDGER_FREE = {
-    "test_client", "test_cli_usage", "test_docs_providers", "test_model", "test_rel_cli_usage",
-    "test_sim", "test_static",
+    "test_client", "test_cli_usage", "test_cookbook", "test_docs_operator", "test_docs_providers",
+    "test_model", "test_rel_cli_usage", "test_rel_redaction", "test_sim", "test_static",
+    "test_wire",
+}  # fmt: skip
+
+
+# Modules whose tests touch a ledger only on the way to what they test: providers
+# against real and simulated servers, request shapes, the fault matrices of provider
+# replies, rendering, and the agents' tool surfaces. The ledger operations they use
+# (record and claim, moves, due batches, reads) are the ones the ledger, flow, CLI and
+# reliability modules run on both backends; run once, on SQLite, they keep the whole
+# suite within its time on two cores.
+INCIDENTAL = {
+    "test_agents", "test_caldav", "test_cli_render", "test_cli_terminal", "test_http",
+    "test_http_shape", "test_mcp", "test_mcp_process", "test_real_caldav",
+    "test_real_datasette", "test_real_jsonserver", "test_rel_fault_matrix",
+    "test_rel_fault_matrix_http",
 }  # fmt: skip
 
 
@@ -48,7 +63,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     node = metafunc.definition
     if node.get_closest_marker("postgres_only"):
         metafunc.parametrize("backend", ["postgres"], indirect=True, ids=["pg"])
-    elif node.get_closest_marker("sqlite_only") or metafunc.module.__name__ in LEDGER_FREE:
+    elif node.get_closest_marker("sqlite_only") or metafunc.module.__name__ in (
+        LEDGER_FREE | INCIDENTAL
+    ):
         return
     else:
         metafunc.parametrize("backend", BACKENDS, indirect=True, ids=["sqlite", "pg"])

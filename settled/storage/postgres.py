@@ -301,7 +301,7 @@ class PostgresLedger(Ledger):
     def _connection(self) -> Iterator[Conn]:
         """This ledger's connection, or one from the pool while another thread has it."""
         if self._closed:
-            raise LedgerError(f"ledger {self.location} is closed")
+            raise LedgerError(f"ledger {self.location}: cannot operate on a closed database")
         if self._main_lock.acquire(blocking=False):
             try:
                 yield self._ready_main()
