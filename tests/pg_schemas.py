@@ -86,10 +86,22 @@ def schema_of(url: str) -> str:
     return query["application_name"]
 
 
-def new_schema() -> str:
+class Location(str):
+    """A test ledger's URL that answers ``exists()`` as a file path would: whether a
+    ledger has been made in its schema (tests check that some commands never make one)."""
+
+    def exists(self) -> bool:
+        got = admin().execute(
+            "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND c.relname = 'settled_ledger'", (schema_of(self),)
+        ).fetchall()
+        return bool(got)
+
+
+def new_schema() -> Location:
     name = f"{PREFIX}{os.getpid()}_{next(_numbers)}"
     admin().execute(f'CREATE SCHEMA "{name}"')
-    return url_for(name)
+    return Location(url_for(name))
 
 
 def drop(url: str) -> None:
