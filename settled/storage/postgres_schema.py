@@ -141,6 +141,7 @@ MIGRATIONS: list[tuple[str, Step]] = [
 
 LATEST = len(MIGRATIONS)
 
+
 def inspect(cur: Cursor) -> tuple[int | None, list[str]]:
     """Steps applied to the current schema (None when it is not marked as a ledger),
     and, when it is not, up to five names of what it holds (empty: a schema we may
