@@ -33,7 +33,8 @@ PHASH = "0" * 64
 class NullProvider(BaseProvider):
     name = "null"
 
-    def __init__(self) -> None:
+    def __init__(self, latency: float = 0.0) -> None:
+        self.latency = latency  # s each query takes, as a real provider's would
         common: dict[str, Any] = {"consistency_window": 0.0, "attempts": 1, "timeout": 5.0,
                                   "verify_interval": 1.0, "verify_deadline": 1e9}
         self._ops = {
@@ -51,14 +52,18 @@ class NullProvider(BaseProvider):
         return WireResult(Wire.ANSWERED, 202, "obj-1", None, "HTTP 202")
 
     def query(self, target: QueryTarget) -> Observation:
+        if self.latency:
+            import time
+
+            time.sleep(self.latency)
         return Observation(Seen.APPLIED, "obj-1", "effect applied", {"status_code": 200})
 
 
-def null_registry() -> Any:
+def null_registry(latency: float = 0.0) -> Any:
     from settled.providers import Registry
 
     reg = Registry({}, source="bench")
-    reg.add(NullProvider())
+    reg.add(NullProvider(latency))
     return reg
 
 

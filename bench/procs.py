@@ -17,12 +17,13 @@ ROOT = str(Path(__file__).resolve().parent.parent)
 TIMEOUT = 120.0
 
 
-def _run(path: str, workers: int, per_worker: int, tag: str) -> tuple[float, int, dict[str, int]]:
+def _run(path: str, workers: int, per_worker: int, tag: str,
+         module: str = "bench._worker") -> tuple[float, int, dict[str, int]]:  # fmt: skip
     """Aggregate actions/s, errors surfaced, and their kinds."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "bench._worker", path, f"{tag}w{k}", str(per_worker)],
+            [sys.executable, "-m", module, path, f"{tag}w{k}", str(per_worker)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT,
         )
         for k in range(workers)

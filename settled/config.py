@@ -7,9 +7,11 @@ sections are checked by their provider type when the registry builds them.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from . import checks
 from .errors import ConfigError
@@ -23,7 +25,7 @@ TOP_KEYS = {"ledger", "dispatch", "reconcile", "daemon", "providers"}
 DEFAULT_IN_FLIGHT = {"sim": 1, "http": 16, "caldav": 4}
 MAX_CONCURRENCY = 100  # threads for one run's requests: the shared client keeps 100 connections
 SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "ledger": {"path": str, "busy_timeout": (int, float)},
+    "ledger": {"path": str, "url": str, "busy_timeout": (int, float)},
     "dispatch": {"lease_grace": (int, float), "backoff": (int, float), "group": int},
     "reconcile": {"batch": int, "lease": (int, float), "concurrency": int},
     "daemon": {"interval": (int, float)},
@@ -34,6 +36,7 @@ SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
 class Config:
     source: str | None = None  # the file it came from, None for defaults
     ledger_path: str | None = None
+    ledger_url: str | None = None  # a postgresql:// URL, ${VAR}s expanded
     busy_timeout: float | None = None
     lease_grace: float = 30.0
     backoff: float = 0.05
@@ -106,6 +109,37 @@ def load(path: str | None) -> Config:
     return from_dict(data, source=str(path), base=p.resolve().parent)
 
 
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _ledger_url(cfg: Config, ledger: dict[str, Any]) -> str:
+    """``[ledger] url``: a PostgreSQL URL, whose ``${VAR}``s (a password, say) are read
+    from the environment now and percent-encoded, never stored."""
+    where = cfg.where("ledger.url")
+    if "path" in ledger:
+        raise ConfigError(
+            f"{cfg.where('ledger')}: set path (a SQLite file) or url (PostgreSQL), not both"
+        )
+    raw = ledger["url"]
+    if not raw.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(
+            f"{where} must be a postgresql:// URL (a SQLite ledger is [ledger] path)"
+        )
+    if "${" in _ENV.sub("", raw):
+        raise ConfigError(f"{where} has a malformed ${{...}}; write ${{NAME}}")
+
+    def sub(m: re.Match[str]) -> str:
+        value = os.environ.get(m.group(1))
+        if value is None:
+            raise ConfigError(
+                f"{where}: environment variable {m.group(1)} is not set; export it before "
+                "running settled (values are read at run time, never stored)"
+            )
+        return quote(value, safe="")
+
+    return _ENV.sub(sub, raw)
+
+
 def from_dict(
     data: dict[str, Any], *, source: str | None = None, base: Path | None = None
 ) -> Config:
@@ -138,6 +172,8 @@ def from_dict(
     if "path" in ledger:
         lp = Path(os.path.expanduser(ledger["path"]))
         cfg.ledger_path = str(lp if lp.is_absolute() or base is None else base / lp)
+    if "url" in ledger:
+        cfg.ledger_url = _ledger_url(cfg, ledger)
     if "busy_timeout" in ledger:
         cfg.busy_timeout = float(ledger["busy_timeout"])
     disp = data.get("dispatch", {})

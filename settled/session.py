@@ -30,8 +30,8 @@ class Session:
     """The config, ledger and registry one process works with.
 
     ``db`` and ``config_path`` override ``SETTLED_DB`` and ``SETTLED_CONFIG``; without
-    either, the ledger is ``[ledger] path`` from the config, else the per-user default
-    (``$XDG_DATA_HOME/settled/settled.db``)."""
+    either, the ledger is ``[ledger] url`` (PostgreSQL) or ``[ledger] path`` from the
+    config, else the per-user default (``$XDG_DATA_HOME/settled/settled.db``)."""
 
     def __init__(self, *, db: str | None = None, config_path: str | None = None) -> None:
         self.db = db if db is not None else (os.environ.get("SETTLED_DB") or None)
@@ -52,7 +52,8 @@ class Session:
         """Where the ledger is, whether or not it exists yet."""
         from .config import default_db_path
 
-        return self.db or self.config().ledger_path or default_db_path()
+        cfg = self.config()
+        return self.db or cfg.ledger_url or cfg.ledger_path or default_db_path()
 
     def ledger(self, *, create: bool = True) -> Ledger:
         """The ledger, opened once. ``create=False`` is for commands that only read: a
@@ -62,7 +63,7 @@ class Session:
 
             cfg = self.config()
             path = self.ledger_location()
-            if create and not self.db and not cfg.ledger_path:
+            if create and not self.db and not cfg.ledger_path and not cfg.ledger_url:
                 os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
             self._ledger = Ledger.open(
                 path, busy_timeout=cfg.busy_timeout, create=create, probe=self.probe

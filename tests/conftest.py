@@ -8,10 +8,11 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pg_schemas as pg
 import pytest
 
 from settled.ledger import Ledger
@@ -21,9 +22,103 @@ from settled.providers.sim_server import SimServer
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# -- backends ---------------------------------------------------------------------------------
+#
+# Every test that touches a ledger runs twice: against a SQLite file and against a fresh
+# PostgreSQL schema (``backend`` is parametrised in ``pytest_generate_tests``). Modules
+# in LEDGER_FREE never open a ledger and run once; a test marked ``sqlite_only`` is
+# about the SQLite file itself (modes, WAL, locking, corruption); one marked
+# ``postgres_only`` is about PostgreSQL itself.
+
+BACKENDS = ("sqlite", "postgres")
+LEDGER_FREE = {
+    "test_client", "test_cli_usage", "test_cookbook", "test_docs_operator", "test_docs_providers",
+    "test_model", "test_rel_cli_usage", "test_rel_redaction", "test_sim", "test_static",
+    "test_wire",
+}  # fmt: skip
+
+
+# Modules whose tests touch a ledger only on the way to what they test: providers
+# against real and simulated servers, request shapes, the fault matrices of provider
+# replies, rendering, and the agents' tool surfaces. The ledger operations they use
+# (record and claim, moves, due batches, reads) are the ones the ledger, flow, CLI and
+# reliability modules run on both backends; run once, on SQLite, they keep the whole
+# suite within its time on two cores.
+INCIDENTAL = {
+    "test_agents", "test_caldav", "test_cli_render", "test_cli_terminal", "test_http",
+    "test_http_shape", "test_mcp", "test_mcp_process", "test_real_caldav",
+    "test_real_datasette", "test_real_jsonserver", "test_rel_fault_matrix",
+    "test_rel_fault_matrix_http",
+}  # fmt: skip
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "sqlite_only: about the SQLite file itself; runs once")
+    config.addinivalue_line("markers", "postgres_only: about the PostgreSQL ledger itself")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "backend" not in metafunc.fixturenames:
+        return
+    node = metafunc.definition
+    if node.get_closest_marker("postgres_only"):
+        metafunc.parametrize("backend", ["postgres"], indirect=True, ids=["pg"])
+    elif node.get_closest_marker("sqlite_only") or metafunc.module.__name__ in (
+        LEDGER_FREE | INCIDENTAL
+    ):
+        return
+    else:
+        metafunc.parametrize("backend", BACKENDS, indirect=True, ids=["sqlite", "pg"])
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> str:
+    name: str = getattr(request, "param", "sqlite")
+    if name == "postgres":
+        reason = pg.unavailable()
+        if reason is not None:
+            if os.environ.get("SETTLED_REQUIRE_POSTGRES") == "1":
+                pytest.fail(f"PostgreSQL is required (SETTLED_REQUIRE_POSTGRES=1): {reason}")
+            pytest.skip(f"PostgreSQL half skipped: {reason}")
+    return name
+
+
+@pytest.fixture
+def location(backend: str, tmp_path: Path) -> Iterator[Any]:
+    """Where this test's ledger is: a file path (SQLite) or the URL of a fresh, empty
+    schema of its own (PostgreSQL), dropped afterwards."""
+    if backend == "sqlite":
+        yield tmp_path / "ledger.db"
+        return
+    url = pg.new_schema()
+    try:
+        yield url
+    finally:
+        pg.drop(url)
+
+
+@pytest.fixture
+def fresh_location(backend: str, tmp_path: Path) -> Iterator[Callable[[str], Any]]:
+    """Make another new, empty ledger location of this test's backend (``name`` is the
+    file name for SQLite)."""
+    made: list[str] = []
+
+    def make(name: str) -> Any:
+        if backend == "sqlite":
+            return tmp_path / name
+        made.append(pg.new_schema())
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for url in made:
+            pg.drop(url)
+
+
 @pytest.fixture(autouse=True)
-def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SETTLED_DB", str(tmp_path / "ledger.db"))
+def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, location: Any) -> None:
+    monkeypatch.setenv("SETTLED_DB", str(location))
     monkeypatch.setenv("SETTLED_CONFIG", str(tmp_path / "settled.toml"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("SETTLED_DEBUG", raising=False)
@@ -32,19 +127,20 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "ledger.db"
+def db_path(location: Any) -> Any:
+    """The ledger's location: a ``Path`` for SQLite, a URL for PostgreSQL."""
+    return location
 
 
 @pytest.fixture
-def ledger(db_path: Path) -> Iterator[Ledger]:
+def ledger(db_path: Any) -> Iterator[Ledger]:
     with Ledger.open(db_path) as led:
         yield led
 
 
 @pytest.fixture
-def mem_ledger() -> Iterator[Ledger]:
-    with Ledger.open(":memory:") as led:
+def mem_ledger(backend: str, location: Any) -> Iterator[Ledger]:
+    with Ledger.open(":memory:" if backend == "sqlite" else location) as led:
         yield led
 
 

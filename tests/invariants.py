@@ -13,11 +13,12 @@ simply call ``check`` after its scenario.
 from __future__ import annotations
 
 import os
-import sqlite3
 import time
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
+
+import rawdb
 
 from settled.clock import Clock, from_text
 from settled.ledger import Ledger
@@ -51,18 +52,8 @@ def all_records(ledger: Ledger) -> list[ActionRecord]:
 
 def dump(path: str | os.PathLike[str]) -> list[tuple[Any, ...]]:
     """Every row of every table, read through a separate connection: what a rejected
-    command must leave unchanged."""
-    conn = sqlite3.connect(f"file:{os.fspath(path)}?mode=ro", uri=True)
-    try:
-        out: list[tuple[Any, ...]] = []
-        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
-        for t in tables:
-            out.append(("table", t))
-            out.extend(conn.execute(f'SELECT * FROM "{t}" ORDER BY rowid').fetchall())
-        out.append(("schema", *[r[0] for r in conn.execute("SELECT sql FROM sqlite_master ORDER BY name")]))
-        return out
-    finally:
-        conn.close()
+    command must leave unchanged (either backend)."""
+    return rawdb.dump(path)
 
 
 def check_events(ledger: Ledger, rec: ActionRecord) -> int:

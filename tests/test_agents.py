@@ -4,6 +4,7 @@ against a real sim provider on loopback, and the status mapping it rests on."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 from dataclasses import replace
@@ -50,7 +51,7 @@ def test_a_lost_mail_is_accepted_then_uncertain_never_success(
         threading.Event().wait(0.02)
     assert seen[-1] == "uncertain" and "success" not in seen
     assert "do not resend under a new action_id" in res.text
-    with Ledger.open(tmp_path / "ledger.db") as led:
+    with Ledger.open(os.environ["SETTLED_DB"]) as led:
         check(led, sim)
 
 
@@ -80,7 +81,7 @@ def test_concurrent_calls_from_threads_send_once(
         t.join(timeout=30)
     assert len(results) == 4 and set(results) <= {"success", "accepted"}
     assert len(sim.requests_for("twin")) == 1
-    with Ledger.open(tmp_path / "ledger.db") as led:
+    with Ledger.open(os.environ["SETTLED_DB"]) as led:
         assert led.integrity_check() == "ok"
 
 

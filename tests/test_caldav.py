@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+import rawdb
 
 from settled.dispatch import Dispatcher, DispatchSettings
 from settled.errors import UsageError
@@ -367,5 +368,8 @@ def test_password_never_reaches_the_ledger(
     with registry_for(radicale, calendar) as reg:
         book(ledger, reg, "b9")
     ledger.close()
-    raw = b"".join(p.read_bytes() for p in db_path.parent.glob(db_path.name + "*"))
+    if rawdb.is_pg(db_path):
+        raw = str(rawdb.dump(db_path)).encode()
+    else:
+        raw = b"".join(p.read_bytes() for p in db_path.parent.glob(db_path.name + "*"))
     assert PASSWORD.encode() not in raw

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import rawdb
 from conftest import run_cli
 
 from settled.model import RECORD_FIELDS
@@ -34,15 +34,14 @@ def assert_clean_error(p: subprocess.CompletedProcess[str], code: int, *needles:
     assert p.stdout == ""
 
 
-def dump(db: Path) -> list[tuple[object, ...]]:
-    if not db.exists():
+def dump(db: str) -> list[tuple[object, ...]]:
+    if rawdb.is_pg(db):
+        if rawdb.execute(db, "SELECT to_regclass('actions')") == [(None,)]:
+            return []
+    elif not Path(db).exists():
         return []
-    con = sqlite3.connect(db)
-    try:
-        return [*con.execute("SELECT * FROM actions ORDER BY action_id"),
-                *con.execute("SELECT * FROM events ORDER BY id")]
-    finally:
-        con.close()
+    return [*rawdb.execute(db, "SELECT * FROM actions ORDER BY action_id"),
+            *rawdb.execute(db, "SELECT * FROM events ORDER BY id")]
 
 
 def test_dispatch_json_has_the_design_fields(sim_config: Path, sim: SimServer) -> None:
@@ -91,7 +90,7 @@ def test_same_id_same_params_sends_nothing_other_params_conflict(sim_config: Pat
     assert run_cli("dispatch", "sim", "book", "--params", '{"a":1}', "--action-id", "d1").returncode == 0
     again = run_cli("dispatch", "sim", "book", "--params", '{"a":1}', "--action-id", "d1", "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["outcome"] == "already_completed"
-    db = Path(os.environ["SETTLED_DB"])
+    db = os.environ["SETTLED_DB"]
     before = dump(db)
     p = run_cli("dispatch", "sim", "book", "--params", '{"a":2}', "--action-id", "d1")
     assert_clean_error(p, 7, "different params")
@@ -117,7 +116,7 @@ def test_bad_input_is_one_line_and_loses_nothing(
     sim_config: Path, sim: SimServer, args: list[str], code: int, needle: str
 ) -> None:
     assert run_cli("dispatch", "sim", "book", "--action-id", "keep").returncode == 0
-    db = Path(os.environ["SETTLED_DB"])
+    db = os.environ["SETTLED_DB"]
     before = dump(db)
     p = run_cli(*args)
     assert_clean_error(p, code, needle)
@@ -151,9 +150,10 @@ def test_bad_config_names_file_and_key(tmp_path: Path, toml: str, needle: str) -
     cfg.write_text(toml)
     p = run_cli("dispatch", "x", "op")
     assert_clean_error(p, 1, needle, "settled.toml")
-    assert not Path(os.environ["SETTLED_DB"]).exists() or dump(Path(os.environ["SETTLED_DB"])) == []
+    assert dump(os.environ["SETTLED_DB"]) == []
 
 
+@pytest.mark.sqlite_only
 def test_corrupt_ledger_is_left_byte_for_byte(tmp_path: Path, sim_config: Path) -> None:
     db = Path(os.environ["SETTLED_DB"])
     db.write_bytes(b"SQLite format 3\x00" + os.urandom(8000))
@@ -164,6 +164,7 @@ def test_corrupt_ledger_is_left_byte_for_byte(tmp_path: Path, sim_config: Path) 
     assert db.read_bytes() == before
 
 
+@pytest.mark.sqlite_only
 def test_not_a_ledger_is_refused(tmp_path: Path, sim_config: Path, sim: SimServer) -> None:
     db = Path(os.environ["SETTLED_DB"])
     db.write_text("important notes\n")
@@ -175,11 +176,13 @@ def test_not_a_ledger_is_refused(tmp_path: Path, sim_config: Path, sim: SimServe
 
 def test_locked_ledger_gives_a_clear_error_and_sends_nothing(sim_config: Path, sim: SimServer) -> None:
     assert run_cli("dispatch", "sim", "book", "--action-id", "l0").returncode == 0
-    db = Path(os.environ["SETTLED_DB"])
+    db = os.environ["SETTLED_DB"]
+    lock = ("import psycopg,sys,time; c=psycopg.connect(sys.argv[1]);"  # a writer mid-transaction
+            "c.execute('LOCK TABLE actions IN EXCLUSIVE MODE');" if rawdb.is_pg(db) else
+            "import sqlite3,sys,time; c=sqlite3.connect(sys.argv[1], isolation_level=None);"
+            "c.execute('BEGIN IMMEDIATE');")  # fmt: skip
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sqlite3,sys,time; c=sqlite3.connect(sys.argv[1], isolation_level=None);"
-         "c.execute('BEGIN IMMEDIATE'); print('locked', flush=True); time.sleep(30)", str(db)],
+        [sys.executable, "-c", lock + "print('locked', flush=True); time.sleep(30)", str(db)],
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"

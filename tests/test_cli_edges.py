@@ -354,7 +354,7 @@ def test_bash_completes_action_ids_and_provider_names(two_providers: None, tmp_p
     assert complete("settled show bill-") == [f"bill-{i}" for i in range(5)]
     assert complete("settled queue --provider b") == ["billing-eu-west-1-production"]
     assert complete("settled resolve ma") == ["mail-1", "mail-2"]
-    assert dump(Path(os.environ["SETTLED_DB"]))  # completion read it, changed nothing
+    assert dump(os.environ["SETTLED_DB"])  # completion read it, changed nothing
 
 
 def test_completion_without_a_ledger_completes_nothing_and_creates_none(db_path: Path) -> None:

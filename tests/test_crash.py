@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import time
 from pathlib import Path
 
+import rawdb
 from conftest import popen_cli, run_cli, sim_conf, write_config
 
 from settled.providers.sim_server import SimServer
@@ -47,8 +47,4 @@ def test_killed_dispatcher_leaves_in_flight_and_nothing_resends(tmp_path: Path) 
         assert len(sim.requests_for("crash-1")) == 1
         assert sim.effects_for("crash-1") == 1
 
-        con = sqlite3.connect(os.environ["SETTLED_DB"])
-        try:
-            assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        finally:
-            con.close()
+        assert rawdb.integrity(os.environ["SETTLED_DB"]) == "ok"

@@ -250,10 +250,12 @@ def test_bad_interval_is_a_one_line_error(bad: str) -> None:
     assert out.returncode == 1 and out.stderr.count("\n") == 1 and "--interval" in out.stderr
 
 
-def test_a_failed_pass_is_logged_and_the_daemon_goes_on(sim: SimServer) -> None:
+def test_a_failed_pass_is_logged_and_the_daemon_goes_on(
+    sim: SimServer, backend: str, location: Path
+) -> None:
     from settled.daemon import Sweeper, json_lines
 
-    led = Ledger.open(":memory:")
+    led = Ledger.open(":memory:" if backend == "sqlite" else location)
     led.close()  # every pass now fails on a closed connection
     buf = io.StringIO()
     sweeper = Sweeper(led, Registry({}), log=json_lines(buf))

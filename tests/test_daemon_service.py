@@ -278,12 +278,12 @@ def test_metrics_are_served_and_parse(
     assert fams["settled_pass_duration_seconds"].type == "histogram"
 
 
-def test_healthz_is_503_after_a_failed_pass() -> None:
+def test_healthz_is_503_after_a_failed_pass(backend: str, location: Path) -> None:
     from settled.daemon import Sweeper, json_lines
     from settled.daemon.metrics import Metrics
 
     board = Metrics()
-    led = Ledger.open(":memory:")
+    led = Ledger.open(":memory:" if backend == "sqlite" else location)
     sweeper = Sweeper(led, Registry({}), metrics=board, log=json_lines(io.StringIO()))
     assert board.health()[0] == 503
     sweeper.run_pass()

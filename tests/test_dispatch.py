@@ -7,6 +7,7 @@ import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import popen_cli, sim_conf
@@ -156,16 +157,20 @@ def test_a_dispatch_records_and_claims_in_one_transaction(
 ) -> None:
     """Two durable transactions per dispatch (record + claim, then the outcome); a
     recorded action waiting for confirmation takes one, its confirmation two."""
-    from settled.storage.sqlite import SqliteLedger
-
+    cls = type(ledger)
+    # SQLite's write transaction; PostgreSQL's (and its one-statement transaction)
+    names = ["_write"] if hasattr(cls, "_write") else ["_tx", "_one"]
     opened = []
-    write = SqliteLedger._write
 
-    def counting(self: SqliteLedger, doing: str) -> object:
-        opened.append(doing)
-        return write(self, doing)
+    def counting(write: Any) -> Any:
+        def opening(self: Ledger, doing: str) -> object:
+            opened.append(doing)
+            return write(self, doing)
 
-    monkeypatch.setattr(SqliteLedger, "_write", counting)
+        return opening
+
+    for name in names:
+        monkeypatch.setattr(cls, name, counting(getattr(cls, name)))
     d.submit("sim", "book", {"a": 1}, action_id="one")
     assert len(opened) == 2 and len(sim.requests_for("one")) == 1
     opened.clear()

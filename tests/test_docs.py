@@ -11,7 +11,8 @@ from conftest import ROOT, run_cli
 
 README = (ROOT / "README.md").read_text()
 COMMANDS = ["dispatch", "confirm", "reconcile", "resolve", "retry", "queue", "show",
-            "providers", "providers audit", "providers render", "daemon", "demo", "mcp"]
+            "providers", "providers audit", "providers render", "daemon", "demo", "mcp",
+            "migrate-ledger"]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS)

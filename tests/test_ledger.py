@@ -1,14 +1,18 @@
-"""The ledger file: created 0600, never writes to what is not a ledger, append-only
-events, migrations, bounded waits on a locked ledger."""
+"""The ledger: created 0600, never writes to what is not a ledger, append-only
+events, migrations, bounded waits on a locked ledger. (The PostgreSQL schema's own
+checks are in test_postgres.py.)"""
 
 from __future__ import annotations
 
 import os
 import sqlite3
 import stat
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+import rawdb
 from records import T0, move, new_record
 
 from settled import policy
@@ -19,6 +23,7 @@ from settled.storage import sqlite_schema as migrations
 from settled.storage.sqlite import APPLICATION_ID, SCHEMA_VERSION
 
 
+@pytest.mark.sqlite_only
 def test_new_ledger_is_0600_even_with_a_loose_umask(tmp_path: Path) -> None:
     old = os.umask(0)
     try:
@@ -34,6 +39,7 @@ def test_new_ledger_is_0600_even_with_a_loose_umask(tmp_path: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
+@pytest.mark.sqlite_only
 def test_pragmas_and_identity(ledger: Ledger) -> None:
     c = ledger.conn
     assert c.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -42,10 +48,12 @@ def test_pragmas_and_identity(ledger: Ledger) -> None:
     assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
+@pytest.mark.sqlite_only
 def test_schema_version_matches_migrations() -> None:
     assert SCHEMA_VERSION == migrations.LATEST
 
 
+@pytest.mark.sqlite_only
 def test_migrating_an_empty_database_gives_the_schema(tmp_path: Path) -> None:
     with Ledger.open(tmp_path / "a.db") as led:
         tables = {r[0] for r in led.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -66,6 +74,7 @@ def test_migrating_an_empty_database_gives_the_schema(tmp_path: Path) -> None:
         assert led.conn.execute("SELECT count(*) FROM _migrations").fetchone()[0] == len(applied)
 
 
+@pytest.mark.sqlite_only
 def test_due_scan_uses_the_partial_index(ledger: Ledger) -> None:
     plan = " ".join(
         str(r) for r in ledger.conn.execute(
@@ -76,6 +85,7 @@ def test_due_scan_uses_the_partial_index(ledger: Ledger) -> None:
     assert "actions_due" in plan
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize(
     "content",
     [b"this is my shopping list\n", b"\x00" * 4096, b"SQLite format 3\x00" + b"\xff" * 5000],
@@ -89,6 +99,7 @@ def test_not_a_ledger_is_never_written(tmp_path: Path, content: bytes) -> None:
     assert path.read_bytes() == content
 
 
+@pytest.mark.sqlite_only
 def test_other_sqlite_database_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "other.db"
     con = sqlite3.connect(path)
@@ -101,6 +112,7 @@ def test_other_sqlite_database_is_refused(tmp_path: Path) -> None:
     assert path.read_bytes() == before
 
 
+@pytest.mark.sqlite_only
 def test_truncated_ledger_is_refused_unchanged(tmp_path: Path) -> None:
     path = tmp_path / "t.db"
     with Ledger.open(path) as led:
@@ -116,11 +128,11 @@ def test_truncated_ledger_is_refused_unchanged(tmp_path: Path) -> None:
     assert path.read_bytes() == cut
 
 
-def test_events_are_append_only_in_the_database(ledger: Ledger) -> None:
+def test_events_are_append_only_in_the_database(ledger: Ledger, db_path: Path) -> None:
     ledger.record(new_record(), actor="t")
     for sql in ("UPDATE events SET actor = 'x'", "DELETE FROM events", "DELETE FROM actions"):
-        with pytest.raises(sqlite3.IntegrityError):
-            ledger.conn.execute(sql)
+        with pytest.raises(rawdb.RAW_ERRORS, match="settled: "):
+            rawdb.execute(db_path, sql)
     assert ledger.events("a-1")[0].actor == "t"
 
 
@@ -147,6 +159,7 @@ def test_transition_guard_and_table(ledger: Ledger) -> None:
         move("a-1", Status.IN_FLIGHT, Status.FAILED, EventKind.OUTCOME, action_id="evil")
 
 
+@pytest.mark.sqlite_only
 def test_locked_ledger_waits_a_bounded_time_then_says_so(tmp_path: Path) -> None:
     path = tmp_path / "l.db"
     with Ledger.open(path) as led:
@@ -166,28 +179,32 @@ def test_locked_ledger_waits_a_bounded_time_then_says_so(tmp_path: Path) -> None
         assert len(led.events("a-1")) == 1
 
 
-def test_processes_creating_one_new_ledger_at_once_all_succeed(tmp_path: Path) -> None:
-    """Real processes open (and so create and migrate) the same new file at the same
+def test_processes_creating_one_new_ledger_at_once_all_succeed(
+    tmp_path: Path, backend: str, fresh_location: Callable[[str], Any]
+) -> None:
+    """Real processes open (and so create and migrate) the same new ledger at the same
     moment: none may see a half-made ledger and refuse it."""
     import subprocess
     import sys
 
     code = (
         "import sys; from settled.ledger import Ledger\n"
+        "from settled.model import Status\n"
         "with Ledger.open(sys.argv[1]) as led:\n"
-        "    assert led.conn.execute('PRAGMA user_version').fetchone()[0] > 0\n"
+        "    assert led.count() >= 0 and led.integrity_check() == 'ok'\n"
     )
-    for round_ in range(10):
-        path = tmp_path / f"new-{round_}.db"
-        procs = [subprocess.Popen([sys.executable, "-c", code, str(path)],
+    for round_ in range(10 if backend == "sqlite" else 4):
+        where = fresh_location(f"new-{round_}.db")
+        procs = [subprocess.Popen([sys.executable, "-c", code, str(where)],
                                   stderr=subprocess.PIPE, text=True) for _ in range(6)]
         for proc in procs:
             _, err = proc.communicate(timeout=60)
             assert proc.returncode == 0, err
-        with Ledger.open(path) as led:
-            assert led.conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+        with Ledger.open(where, create=False) as led:
+            assert led.integrity_check() == "ok"
 
 
+@pytest.mark.sqlite_only
 def test_a_file_with_tables_is_always_marked_as_a_ledger(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -57,6 +57,7 @@ def _record(led: Ledger, aid: str) -> None:
                actor="test")
 
 
+@pytest.mark.sqlite_only  # SQLite's two paths; PostgreSQL always returns the row
 @pytest.mark.parametrize("returning", [True, False])
 def test_transition_returns_the_new_row_or_none(
     db_path: Path, monkeypatch: pytest.MonkeyPatch, returning: bool

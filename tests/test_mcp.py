@@ -67,8 +67,8 @@ def answering(action: str, confirm: bool = True) -> Elicit:
 
 
 @pytest.fixture
-def ledger_path(sim_config: Path, tmp_path: Path) -> Path:
-    return tmp_path / "ledger.db"
+def ledger_path(sim_config: Path, location: Path) -> Path:
+    return location
 
 
 @pytest.fixture

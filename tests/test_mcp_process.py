@@ -110,7 +110,7 @@ def test_two_clients_and_a_shell_confirm_race_on_one_action_and_send_once(
     done, outcome = final.split("|")
     assert done == "success"
     assert outcome in ("dispatched", "already_completed", "in_progress")
-    with Ledger.open(tmp_path / "ledger.db") as led:
+    with Ledger.open(os.environ["SETTLED_DB"]) as led:
         check(led, sim, open_ok={"race-2"})
 
 

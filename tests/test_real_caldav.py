@@ -4,6 +4,7 @@ on the writes, what settled says must be what the calendar holds."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -57,7 +58,7 @@ def world(
     )
     calendar = reader.calendar(url=server + path)
     with (
-        Ledger.open(tmp_path / "ledger.db") as ledger,
+        Ledger.open(os.environ["SETTLED_DB"]) as ledger,
         Registry({"cal": conf}, source="test") as reg,
     ):
         d = Dispatcher(ledger, reg, settings=DispatchSettings(lease_grace=2.0, backoff=0.01))

@@ -4,6 +4,7 @@ pointer, read back by primary key. The final statuses must agree with the table.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,7 +62,7 @@ def world(
         },
     }
     with (
-        Ledger.open(tmp_path / "ledger.db") as ledger,
+        Ledger.open(os.environ["SETTLED_DB"]) as ledger,
         Registry({"ds": conf}, source="test") as reg,
     ):
         d = Dispatcher(ledger, reg, settings=DispatchSettings(lease_grace=2.0, backoff=0.01))

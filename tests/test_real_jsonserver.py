@@ -8,6 +8,7 @@ collection: the searches below count only through their ``match`` predicate."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,7 +96,7 @@ def world(
         "shop": {"type": "http", "base_url": proxy.url, "operations": operations("pending")},
         "strict": {"type": "http", "base_url": proxy.url, "operations": operations("not_applied")},
     }
-    with Ledger.open(tmp_path / "ledger.db") as ledger, Registry(regs, source="test") as reg:
+    with Ledger.open(os.environ["SETTLED_DB"]) as ledger, Registry(regs, source="test") as reg:
         d = Dispatcher(ledger, reg, settings=DispatchSettings(lease_grace=GRACE, backoff=0.01))
         yield ledger, reg, d, Reconciler(ledger, reg, lease=5.0)
 

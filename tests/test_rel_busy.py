@@ -1,6 +1,7 @@
-"""SQLITE_BUSY is always retried within a bounded busy timeout: it never becomes an
-unhandled error, it is never reported as an action outcome, and the message never
-claims "nothing was changed" once a request has left.
+"""A locked ledger (SQLITE_BUSY; on PostgreSQL, a lock held by another writer) is
+waited for within a bounded busy timeout: it never becomes an unhandled error, it is
+never reported as an action outcome, and the message never claims "nothing was
+changed" once a request has left.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import rawdb
 from conftest import popen_cli, run_cli, write_config
 from invariants import check, dump, settle
 
@@ -37,14 +39,23 @@ def config(tmp_path: Path, server: SimServer) -> Path:
 
 
 class _Locker:
-    """Holds the ledger's write lock from another connection (as another writer would)."""
+    """Holds the ledger's write lock from another connection (as another writer would):
+    SQLite's one write lock; on PostgreSQL, a lock on the actions table that every
+    write waits for and no read does."""
 
     def __init__(self, db: Path) -> None:
-        self.conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+        self.conn: Any
+        if rawdb.is_pg(db):
+            self.conn = rawdb.psycopg.connect(str(db), autocommit=True)
+            self.begin = ["BEGIN", "LOCK TABLE actions IN EXCLUSIVE MODE"]
+        else:
+            self.conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+            self.begin = ["BEGIN IMMEDIATE"]
         self.held = False
 
     def hold(self) -> None:
-        self.conn.execute("BEGIN IMMEDIATE")
+        for sql in self.begin:
+            self.conn.execute(sql)
         self.held = True
 
     def release(self) -> None:

@@ -3,7 +3,7 @@ lost rows (SQLITE_BUSY itself: ``test_rel_busy.py``).
 
 The workers are ``python -c`` loops over the library (dispatch, record + confirm,
 retry, reconcile), joined by real ``settled`` CLI processes: ``confirm``, cron's
-``reconcile --due`` and a ``settled daemon``.
+``reconcile --due`` and three ``settled daemon``s.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def test_processes_mixing_everything_never_duplicate_or_lose(
         assert p.stdin is not None
         p.stdin.write("go\n")
         p.stdin.flush()
-    daemon = popen_cli("daemon", "--interval", "0.1")
+    daemons = [popen_cli("daemon", "--interval", "0.1") for _ in range(3)]
     # Real CLI processes join in: many confirms of the same ids at once, and cron's
     # reconciliation passes.
     cli_ids = [f"c-{n}" for n in range(0, pool, 7)]
@@ -169,13 +169,16 @@ def test_processes_mixing_everything_never_duplicate_or_lose(
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0 and "Traceback" not in err, (p.returncode, err)
         reconciled += json.loads(out)["examined"]
-    daemon.send_signal(signal.SIGTERM)
-    _, err = daemon.communicate(timeout=30)
-    assert daemon.returncode == 0 and "Traceback" not in err, err
-    log = [json.loads(line) for line in err.splitlines()]
-    assert log[-1]["event"] == "stopped" and log[-1]["passes"] >= 1, log[-1]  # it took part
-    assert not [e for e in log if e["event"] == "pass_failed"], log
-    daemon_moves = sum(1 for e in log if e["event"] == "transition")
+    daemon_moves = 0
+    for daemon in daemons:
+        daemon.send_signal(signal.SIGTERM)
+    for daemon in daemons:
+        _, err = daemon.communicate(timeout=30)
+        assert daemon.returncode == 0 and "Traceback" not in err, err
+        log = [json.loads(line) for line in err.splitlines()]
+        assert log[-1]["event"] == "stopped" and log[-1]["passes"] >= 1, log[-1]  # it took part
+        assert not [e for e in log if e["event"] == "pass_failed"], log
+        daemon_moves += sum(1 for e in log if e["event"] == "transition")
 
     cfg = load(str(config))
     registry = Registry(cfg.providers, source=str(config))

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import json
 import signal
-import sqlite3
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+import rawdb
 from conftest import popen_cli, run_cli, write_config
 from invariants import check, settle
 
@@ -133,11 +133,7 @@ def _wait_for(cond: Any, seconds: float = 5.0) -> None:
 
 
 def _raw_integrity(db: Path) -> str:
-    conn = sqlite3.connect(db)
-    try:
-        return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
-    finally:
-        conn.close()
+    return rawdb.integrity(db)
 
 
 @contextmanager
@@ -258,12 +254,13 @@ def _dispatch_in_process(db: Path, config: Path, server: SimServer,
 
 
 @pytest.mark.slow
-def test_reconciler_killed_at_every_step(server: SimServer, config: Path, tmp_path: Path) -> None:
+def test_reconciler_killed_at_every_step(server: SimServer, config: Path,
+                                        fresh_location: Callable[[str], Any]) -> None:
     """Each reconciler crash point on its own ledger, the four reconcilers at once.
     Work for every kind of check: an applied send and a bounced one waiting for
     verification, a lost one, a partial delivery for a person, and a dispatcher that
     died after sending (its lease expires)."""
-    dbs = {point: tmp_path / f"rec-{point.replace(':', '_')}.db" for point in RECONCILE_POINTS}
+    dbs = {point: fresh_location(f"rec-{point.replace(':', '_')}.db") for point in RECONCILE_POINTS}
     orphans = {}
     for point, db in dbs.items():
         tag = point.replace(":", "_")
@@ -323,7 +320,7 @@ DAEMON_LEASE = 30.0  # s: long enough that nothing here outlives it by accident
 
 @pytest.mark.slow
 def test_daemon_killed_mid_pass_loses_observations_never_statuses(
-    server: SimServer, config: Path, tmp_path: Path
+    server: SimServer, config: Path, tmp_path: Path, fresh_location: Callable[[str], Any]
 ) -> None:
     """A ``settled daemon`` SIGKILLed at each reconciler crash point, mid-pass. The
     reconciler commits a batch's results together: a kill before that commit loses the
@@ -339,7 +336,7 @@ def test_daemon_killed_mid_pass_loses_observations_never_statuses(
         reconcile={"lease": DAEMON_LEASE},
     )
     kinds = ("applied", "bounced", "lost", "partial", "orphan")
-    dbs = {point: tmp_path / f"daemon-{point.replace(':', '_')}.db" for point in RECONCILE_POINTS}
+    dbs = {point: fresh_location(f"daemon-{point.replace(':', '_')}.db") for point in RECONCILE_POINTS}
     orphans = {}
     for point, db in dbs.items():
         tag = "d" + point.replace(":", "_")

@@ -35,7 +35,6 @@ from settled.providers.sim_server import SimServer
 from settled.reconcile import Reconciler
 from settled.resolve import resolve
 from settled.storage import Ledger, Move
-from settled.storage.sqlite import SqliteLedger
 
 FAKETIME = shutil.which("faketime")
 
@@ -483,6 +482,7 @@ def fill(disk: Path) -> None:
             pass
 
 
+@pytest.mark.sqlite_only  # the ledger file's own disk
 def test_a_disk_full_after_the_send_says_it_was_sent(
     tmp_path: Path, server: SimServer, small_disk: Path
 ) -> None:
@@ -505,16 +505,17 @@ def test_a_disk_full_after_the_send_says_it_was_sent(
 
 
 def test_an_outcome_that_cannot_be_written_is_reported_as_sent(
-    ledger: Ledger, server: SimServer
+    ledger: Ledger, server: SimServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    class FullAfterClaim(SqliteLedger):
-        def move(self, move: Move) -> Any:
-            if move.kind == EventKind.OUTCOME:
-                raise LedgerFull("ledger x: the disk is full; record outcome did not happen")
-            return super().move(move)
+    written = ledger.move
 
-    assert isinstance(ledger, SqliteLedger)
-    full = FullAfterClaim(ledger.conn, ledger.path, 1.0)
+    def full_after_claim(move: Move) -> Any:
+        if move.kind == EventKind.OUTCOME:
+            raise LedgerFull("ledger x: the disk is full; record outcome did not happen")
+        return written(move)
+
+    full = ledger
+    monkeypatch.setattr(full, "move", full_after_claim)
     with Registry({"api": {"type": "http", "base_url": server.url, "operations": api_ops()}}) as reg:
         with pytest.raises(OutcomeNotRecorded, match="the request was sent") as caught:
             Dispatcher(full, reg).submit("api", "send", json.loads(params("o1")), action_id="o1")
@@ -525,6 +526,7 @@ def test_an_outcome_that_cannot_be_written_is_reported_as_sent(
 # -- what is not a ledger file ---------------------------------------------------------------
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("target", ["fifo", "/dev/null"])
 def test_a_device_or_fifo_is_never_opened_as_a_ledger(tmp_path: Path, target: str) -> None:
     path = tmp_path / "pipe" if target == "fifo" else Path(target)
@@ -535,6 +537,7 @@ def test_a_device_or_fifo_is_never_opened_as_a_ledger(tmp_path: Path, target: st
     assert not Path("/dev/null-journal").exists() and not Path("/dev/null-wal").exists()
 
 
+@pytest.mark.sqlite_only
 def test_a_ledger_readable_by_others_is_tightened(tmp_path: Path) -> None:
     path = tmp_path / "loose.db"
     with Ledger.open(path):
@@ -545,6 +548,7 @@ def test_a_ledger_readable_by_others_is_tightened(tmp_path: Path) -> None:
     assert path.stat().st_mode & 0o777 == 0o600
 
 
+@pytest.mark.sqlite_only
 def test_a_read_only_mount_is_read_only_not_corrupt(tmp_path: Path, server: SimServer) -> None:
     mount = tmp_path / "ro"
     mount.mkdir()

@@ -98,7 +98,7 @@ def _registry(server: SimServer, dedupe: bool) -> Registry:
 
 @pytest.mark.parametrize(("fault", "op", "dedupe"), CELLS)
 def test_fault_matrix_cell(
-    servers: dict[bool, SimServer], tmp_path: Path, fault: str, op: str, dedupe: bool
+    servers: dict[bool, SimServer], db_path: Path, fault: str, op: str, dedupe: bool
 ) -> None:
     server = servers[dedupe]
     server.reset()  # fresh ground truth for this cell
@@ -108,7 +108,7 @@ def test_fault_matrix_cell(
     if provider == "sim":
         server.plan(aid, fault)
     try:
-        with Ledger.open(tmp_path / "ledger.db") as ledger:
+        with Ledger.open(db_path) as ledger:
             d = Dispatcher(ledger, registry, settings=DispatchSettings(lease_grace=0.5), actor="t")
             d.submit(provider, op, {"name": aid, "value": "v"}, action_id=aid)
             settle(ledger, registry)
@@ -138,13 +138,13 @@ def test_matrix_covers_every_fault_tier_and_dedupe() -> None:
 
 
 def test_two_sets_of_the_same_value_are_not_attributed_to_the_lost_one(
-    servers: dict[bool, SimServer], tmp_path: Path
+    servers: dict[bool, SimServer], db_path: Path
 ) -> None:
     server = servers[False]
     server.reset()
     registry = _registry(server, False)
     try:
-        with Ledger.open(tmp_path / "ledger.db") as ledger:
+        with Ledger.open(db_path) as ledger:
             d = Dispatcher(ledger, registry)
             server.plan("lost", "lost_after_accept")
             d.submit("sim", "set", {"name": "tz", "value": "UTC"}, action_id="lost")

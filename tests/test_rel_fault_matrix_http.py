@@ -131,7 +131,7 @@ def _registry(server: SimServer, header: bool) -> Registry:
 
 @pytest.mark.parametrize(("fault", "op", "header"), CELLS)
 def test_http_fault_matrix_cell(
-    server: SimServer, tmp_path: Path, fault: str, op: str, header: bool
+    server: SimServer, db_path: Path, fault: str, op: str, header: bool
 ) -> None:
     server.reset()
     registry = _registry(server, header)
@@ -140,7 +140,7 @@ def test_http_fault_matrix_cell(
     if provider == "api":
         server.plan(aid, fault)
     try:
-        with Ledger.open(tmp_path / "ledger.db") as ledger:
+        with Ledger.open(db_path) as ledger:
             d = Dispatcher(ledger, registry,
                            settings=DispatchSettings(lease_grace=0.5, backoff=0.01), actor="t")
             d.submit(provider, op, {"to": "a@example.com", "action_id": aid}, action_id=aid)

@@ -77,12 +77,13 @@ def assert_clean(code: int, out: str, err: str, argv: tuple[str, ...] | list[str
 
 
 @pytest.fixture
-def env(tmp_path: Path, sim: SimServer, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def env(tmp_path: Path, sim: SimServer, monkeypatch: pytest.MonkeyPatch,
+        location: Path) -> dict[str, Any]:  # fmt: skip
     """A ledger with a few records in each state, a config pointing at the sim, and
     the working directory in tmp (so no fuzzed path lands in the repository)."""
     monkeypatch.chdir(tmp_path)
     config = write_config(tmp_path / "settled.toml", {"sim": sim_conf(sim, verify_deadline=0.3)})
-    db = tmp_path / "ledger.db"
+    db = location
     monkeypatch.setenv("SETTLED_DB", str(db))
     monkeypatch.setenv("SETTLED_CONFIG", str(config))
     (tmp_path / "notadb.txt").write_text("hello, not a ledger\n")
@@ -422,7 +423,7 @@ def test_huge_reply_is_refused_without_reading_it(declared: bool) -> None:
         (b"", b"{\"status\": \"applied\", \"id\": 7}"),
     ],
 )
-def test_replies_with_wrong_types_or_missing_fields(tmp_path: Path, reply: bytes, query: bytes) -> None:
+def test_replies_with_wrong_types_or_missing_fields(db_path: Path, reply: bytes, query: bytes) -> None:
     """Bodies the provider cannot read prove nothing: never CONFIRMED by the reply,
     never a traceback; the action ends unresolved (or confirmed by a query that says
     applied, the provider's own word)."""
@@ -434,7 +435,7 @@ def test_replies_with_wrong_types_or_missing_fields(tmp_path: Path, reply: bytes
                                    "consistency_window": 0.0, "verify_interval": 0.05,
                                    "verify_deadline": 0.2, "attempts": 1}}, source="test")
         try:
-            with Ledger.open(tmp_path / "l.db") as ledger:
+            with Ledger.open(db_path) as ledger:
                 d = Dispatcher(ledger, registry)
                 for op in ("book", "send"):
                     rep = d.submit("s", op, {}, action_id=op)
@@ -474,7 +475,7 @@ def test_huge_reply_through_the_command_line(env: dict[str, Any]) -> None:
         (b"\xff\xfe", b"\xff\xfe"),  # invalid UTF-8
     ],
 )
-def test_http_provider_replies_that_miss_their_pointers(tmp_path: Path, reply: bytes,
+def test_http_provider_replies_that_miss_their_pointers(db_path: Path, reply: bytes,
                                                          query: bytes) -> None:
     """The declarative http provider (docs/providers.md): replies whose JSON pointers find
     nothing, or find the wrong type, prove nothing and raise nothing."""
@@ -503,7 +504,7 @@ def test_http_provider_replies_that_miss_their_pointers(tmp_path: Path, reply: b
         }
         registry = Registry({"api": conf}, source="test")
         try:
-            with Ledger.open(tmp_path / "l.db") as ledger:
+            with Ledger.open(db_path) as ledger:
                 rep = Dispatcher(ledger, registry).submit("api", "send", {"to": "x"}, action_id="a")
                 assert rep.record is not None and rep.record.status is not Status.CONFIRMED
                 settle(ledger, registry)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import rawdb
 from conftest import run_cli, write_config
 
 from settled.clock import utcnow
@@ -33,6 +34,7 @@ def _mode(path: Path) -> int:
 # ------------------------------------------------------------------------ file modes
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("umask", [0o000, 0o022, 0o077])
 def test_ledger_and_its_wal_are_0600_whatever_the_umask(tmp_path: Path, umask: int,
                                                          registry: Registry) -> None:
@@ -49,6 +51,7 @@ def test_ledger_and_its_wal_are_0600_whatever_the_umask(tmp_path: Path, umask: i
         os.umask(old)
 
 
+@pytest.mark.sqlite_only
 def test_cli_creates_a_private_ledger_and_folder(tmp_path: Path, sim_config: Path) -> None:
     xdg = tmp_path / "xdg"
     env = {"SETTLED_DB": "", "XDG_DATA_HOME": str(xdg)}
@@ -73,35 +76,45 @@ EVENT_COLUMNS = "id, action_id, at, actor, kind, from_status, to_status, attempt
 FORGED = "'a', 'x', 'mallory', 'recorded', NULL, 'CONFIRMED', 1, '{}'"
 
 
+PG_FORGED = "'a', '2026-01-01T00:00:00Z', 'mallory', 'recorded', NULL, 'CONFIRMED', 1, '{}'"
+PG_UPSERT = (
+    f"INSERT INTO events ({EVENT_COLUMNS}) OVERRIDING SYSTEM VALUE VALUES (1, {PG_FORGED})"
+    " ON CONFLICT (id) DO UPDATE SET actor = 'mallory'"
+)
+
+
 @pytest.mark.parametrize(
-    "sql",
+    ("sql", "pg_sql"),
     [
-        "UPDATE events SET actor = 'mallory'",
-        "UPDATE events SET to_status = 'CONFIRMED' WHERE id = 1",
-        "DELETE FROM events",
-        "DELETE FROM events WHERE id = 1",
-        "DELETE FROM actions",
-        f"INSERT OR REPLACE INTO events ({EVENT_COLUMNS}) VALUES (1, {FORGED})",
-        f"REPLACE INTO events ({EVENT_COLUMNS}) VALUES (1, {FORGED})",
+        ("UPDATE events SET actor = 'mallory'", None),
+        ("UPDATE events SET to_status = 'CONFIRMED' WHERE id = 1", None),
+        ("DELETE FROM events", None),
+        ("DELETE FROM events WHERE id = 1", None),
+        ("DELETE FROM actions", None),
+        (f"INSERT OR REPLACE INTO events ({EVENT_COLUMNS}) VALUES (1, {FORGED})", PG_UPSERT),
+        (f"REPLACE INTO events ({EVENT_COLUMNS}) VALUES (1, {FORGED})", "TRUNCATE events"),
         (
             f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (1, {FORGED})"
-            " ON CONFLICT(id) DO UPDATE SET actor = 'mallory'"
+            " ON CONFLICT(id) DO UPDATE SET actor = 'mallory'",
+            PG_UPSERT,
         ),
-        "UPDATE OR REPLACE events SET id = 2 WHERE id = 1",
+        ("UPDATE OR REPLACE events SET id = 2 WHERE id = 1", "UPDATE events SET attempt = 2 WHERE id = 1"),
+        ("DELETE FROM actions WHERE action_id = 'a'", "TRUNCATE actions CASCADE"),
     ],
 )
-def test_the_event_log_cannot_be_altered_through_sql(populated: Path, sql: str) -> None:
-    conn = sqlite3.connect(populated, isolation_level=None)
-    try:
-        before = conn.execute("SELECT * FROM events ORDER BY id").fetchall()
-        with pytest.raises(sqlite3.IntegrityError, match="settled: "):
-            conn.execute(sql)
-        assert conn.execute("SELECT * FROM events ORDER BY id").fetchall() == before
-        assert conn.execute("SELECT count(*) FROM actions").fetchone() == (1,)
-    finally:
-        conn.close()
+def test_the_event_log_cannot_be_altered_through_sql(
+    populated: Path, sql: str, pg_sql: str | None
+) -> None:
+    if rawdb.is_pg(populated):
+        sql = pg_sql or sql
+    before = rawdb.execute(populated, "SELECT * FROM events ORDER BY id")
+    with pytest.raises(rawdb.RAW_ERRORS, match="settled: "):
+        rawdb.execute(populated, sql)
+    assert rawdb.execute(populated, "SELECT * FROM events ORDER BY id") == before
+    assert rawdb.execute(populated, "SELECT count(*) FROM actions") == [(1,)]
 
 
+@pytest.mark.sqlite_only
 def test_replacing_an_action_row_does_not_delete_it(populated: Path) -> None:
     conn = sqlite3.connect(populated, isolation_level=None)
     try:
@@ -258,13 +271,16 @@ def test_header_secrets_never_reach_ledger_events_logs_or_json(
         )
     for done in outputs:
         assert SECRET not in done.stdout and SECRET not in done.stderr, done.args
+    if rawdb.is_pg(db_path):
+        assert SECRET not in str(rawdb.dump(db_path))
     for suffix in ("", "-wal"):
         f = Path(f"{db_path}{suffix}")
-        if f.exists():
+        if not rawdb.is_pg(db_path) and f.exists():
             assert SECRET.encode() not in f.read_bytes(), f.name
     assert SECRET.encode() not in config.read_bytes()
 
 
+@pytest.mark.sqlite_only
 def test_a_ledger_from_before_the_replace_guard_is_upgraded(populated: Path) -> None:
     conn = sqlite3.connect(populated, isolation_level=None)
     try:  # make it look like a ledger written before migration 002

@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+import pg_schemas as pg
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -156,6 +157,7 @@ class HostClock(FakeClock):
 class LedgerMachine(RuleBasedStateMachine):
     server: dict[bool, SimServer]
     client: httpx.Client
+    backend = "sqlite"  # or "postgres": a fresh schema per example
 
     actions = Bundle("actions")
 
@@ -164,7 +166,8 @@ class LedgerMachine(RuleBasedStateMachine):
         self.host = FakeHost()
         self.anchor = (self.host.wall, self.host.steady)  # this boot's, as the ledger keeps it
         self.clock = HostClock(self.host, self.anchor)
-        self.ledger = Ledger.open(":memory:")
+        self.location = ":memory:" if self.backend == "sqlite" else pg.new_schema()
+        self.ledger = Ledger.open(self.location)
         self.ids: list[str] = []
         self.params: dict[str, dict[str, Any]] = {}
         self.counter = itertools.count()
@@ -206,6 +209,8 @@ class LedgerMachine(RuleBasedStateMachine):
                 self._settle_everything()
         finally:
             self.ledger.close()
+            if self.location != ":memory:":
+                pg.drop(self.location)
 
     # ---------------------------------------------------------------- helpers
     def _new_id(self) -> str:
@@ -592,8 +597,11 @@ def servers() -> Iterator[dict[bool, SimServer]]:
 
 
 @pytest.mark.slow
-def test_random_interleavings_keep_the_invariants(servers: dict[bool, SimServer]) -> None:
+def test_random_interleavings_keep_the_invariants(
+    servers: dict[bool, SimServer], backend: str
+) -> None:
     STATS.clear()
+    LedgerMachine.backend = backend
     with httpx.Client(trust_env=False) as client:
         LedgerMachine.server = servers
         LedgerMachine.client = client

@@ -24,9 +24,10 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from ..clock import from_text, utcnow
+from ..clock import from_text
 from ..errors import ConfigError, Conflict, NotFound, UsageError
 from ..model import MAX_ACTION_ID, ActionRecord, Status, Tier
 from ..model import check_action_id as model_check_action_id
@@ -551,7 +552,7 @@ class Toolbox:
         with self.session() as s:
             ledger = s.ledger()
             rec = _get(ledger, aid)
-            if _due(rec):
+            if _due(rec, ledger.clock().now()):
                 s.reconciler(actor=f"{self.actor}-check").run_ids([aid])
                 rec = ledger.get(aid)
         return result_for(rec)
@@ -587,8 +588,9 @@ def _get(ledger: Any, action_id: str) -> ActionRecord:
     return rec
 
 
-def _due(rec: ActionRecord) -> bool:
-    """A check is due now: a lost dispatcher's lease, or a scheduled verification."""
+def _due(rec: ActionRecord, now: datetime) -> bool:
+    """A check is due ``now`` (the ledger's clock): a lost dispatcher's lease, or a
+    scheduled verification."""
     if rec.status not in (
         Status.IN_FLIGHT,
         Status.AWAITING_VERIFICATION,
@@ -596,7 +598,7 @@ def _due(rec: ActionRecord) -> bool:
     ):
         return False
     due = from_text(rec.next_check_at)
-    return due is not None and due <= utcnow()
+    return due is not None and due <= now
 
 
 def dumps(data: Any) -> str:

@@ -68,7 +68,7 @@ def _globals(
         "--db",
         envvar="SETTLED_DB",
         metavar="PATH",
-        help="Ledger file (env SETTLED_DB).",
+        help="Ledger file, or a postgresql:// URL (env SETTLED_DB).",
         show_default=False,
     ),
     config: str = typer.Option(
@@ -91,7 +91,7 @@ def _globals(
     common.STATE.config_path = config
 
 
-from . import actions, daemon_cmd, demo, listing, mcp_cmd, providers_cmd, settle  # noqa: E402  (commands register on `app`)
+from . import actions, daemon_cmd, demo, listing, mcp_cmd, migrate_cmd, providers_cmd, settle  # noqa: E402  (commands register on `app`)
 
 actions.register(app)
 listing.register(app)
@@ -100,3 +100,4 @@ daemon_cmd.register(app)
 providers_cmd.register(app)
 demo.register(app)
 mcp_cmd.register(app)
+migrate_cmd.register(app)

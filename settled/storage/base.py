@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -89,7 +89,9 @@ class Move:
     def __post_init__(self) -> None:
         if self.kind is None or self.kind.changes_nothing:
             if self.frm is not self.to:
-                raise ValueError(f"{self.kind or 'a schedule change'} cannot move {self.frm} → {self.to}")
+                raise ValueError(
+                    f"{self.kind or 'a schedule change'} cannot move {self.frm} → {self.to}"
+                )
         else:
             check_transition(self.frm, self.to, correction=self.correction)
         bad = set(self.values) - WRITABLE
@@ -165,6 +167,7 @@ class Figures:
 
 
 Expire = Callable[[ActionRecord], Move]
+History = tuple[ActionRecord, list[Event]]  # a record and its event log, oldest first
 
 
 class Ledger(ABC):
@@ -195,7 +198,9 @@ class Ledger(ABC):
         if text.startswith(("postgresql://", "postgres://")):
             from .postgres import PostgresLedger
 
-            pg: Ledger = PostgresLedger.connect(text, create=create, probe=probe)
+            pg: Ledger = PostgresLedger.connect(
+                text, create=create, probe=probe, busy_timeout=busy_timeout
+            )
             return pg
         from .sqlite import SqliteLedger
 
@@ -343,6 +348,19 @@ class Ledger(ABC):
     @abstractmethod
     def hand_back(self, leased: Sequence[ActionRecord], *, owner: str) -> None:
         """Release records leased to ``owner`` unchecked: due again at once."""
+
+    # -- copying a whole ledger (``settled migrate-ledger``) ------------------------------
+
+    @abstractmethod
+    def export(self, *, after: str | None = None, limit: int = 500) -> list[History]:
+        """Up to ``limit`` records with an id after ``after`` (in byte order of their
+        ids), each with its whole event log: a page of the ledger, to copy it."""
+
+    @abstractmethod
+    def restore(self, history: Iterable[History]) -> int:
+        """Write records and their events exactly as they were (ids, times, details),
+        all in ONE transaction: the copy lands whole or not at all. Only for an empty
+        ledger; an id already present is an error. Returns how many records."""
 
 
 def same_action(existing: ActionRecord, new: ActionRecord) -> None:
@@ -503,6 +521,7 @@ __all__ = [
     "DueBatch",
     "Expire",
     "Figures",
+    "History",
     "Ledger",
     "Move",
     "Selection",

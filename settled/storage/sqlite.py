@@ -28,7 +28,7 @@ import random
 import sqlite3
 import stat
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -44,6 +44,7 @@ from .base import (
     DueBatch,
     Expire,
     Figures,
+    History,
     Ledger,
     Move,
     Selection,
@@ -484,6 +485,49 @@ class SqliteLedger(Ledger):
                 [(rec.next_check_at, rec.action_id, owner) for rec in leased],
             )
 
+    # ------------------------------------------------------------ copying
+    def export(self, *, after: str | None = None, limit: int = 500) -> list[History]:
+        import json
+
+        with self._mapped("read"):
+            records = self._rows(
+                f"{_SELECT} WHERE action_id > ? ORDER BY action_id LIMIT ?", (after or "", limit)
+            )
+            if not records:
+                return []
+            logs: dict[str, list[Event]] = {r.action_id: [] for r in records}
+            rows = self._read_all(
+                "SELECT id, action_id, at, actor, kind, from_status, to_status, attempt, detail"
+                " FROM events WHERE action_id >= ? AND action_id <= ? ORDER BY action_id, id",
+                (records[0].action_id, records[-1].action_id),
+            )
+        for r in rows:
+            if r[1] in logs:
+                logs[r[1]].append(
+                    Event(id=r[0], action_id=r[1], at=r[2], actor=r[3], kind=r[4],
+                          from_status=r[5], to_status=r[6], attempt=r[7], detail=json.loads(r[8]))
+                )  # fmt: skip
+        return [(rec, logs[rec.action_id]) for rec in records]
+
+    def restore(self, history: Iterable[History]) -> int:
+        n = 0
+        names = ", ".join(COLUMNS)
+        marks = ", ".join("?" * len(COLUMNS))
+        with self._write("restore a copied ledger") as c:
+            for rec, events in history:
+                row = to_row(rec)
+                c.execute(f"INSERT INTO actions ({names}) VALUES ({marks})", list(row.values()))
+                if c.execute("SELECT changes()").fetchone()[0] != 1:  # the no-replace trigger
+                    raise LedgerError(f"{self.path} already holds action {rec.action_id}")
+                c.executemany(
+                    "INSERT INTO events (id, action_id, at, actor, kind, from_status, to_status,"
+                    " attempt, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(e.id, e.action_id, e.at, e.actor, e.kind, e.from_status, e.to_status,
+                      e.attempt, event_detail_text(e.detail)) for e in events],
+                )  # fmt: skip
+                n += 1
+        return n
+
     # ------------------------------------------------------------ inside a transaction
     def _insert(
         self, c: sqlite3.Connection, rec: ActionRecord, actor: str, *, same: bool = True
@@ -633,10 +677,12 @@ def _map(exc: sqlite3.Error, path: str, doing: str) -> LedgerError:
             f"{doing} did not happen"
         )
     if name.startswith("SQLITE_CANTOPEN") or name.startswith("SQLITE_IOERR"):
-        return LedgerError(f"ledger {path}: cannot read or write the file ({text}); {doing} did not happen")
-    if name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or (isinstance(exc, sqlite3.DatabaseError) and (
-        "malformed" in text or "not a database" in text
-    )):
+        return LedgerError(
+            f"ledger {path}: cannot read or write the file ({text}); {doing} did not happen"
+        )
+    if name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or (
+        isinstance(exc, sqlite3.DatabaseError) and ("malformed" in text or "not a database" in text)
+    ):
         return LedgerError(f"{path} is unreadable or corrupt: {text}")
     return LedgerError(f"ledger {path}: {text} ({doing})")
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..model import EventKind
 from .base import Figures
@@ -69,12 +71,28 @@ _KINDS = {
 
 
 def figures(conn: sqlite3.Connection) -> dict[tuple[str, str], Figures]:
+    return fold(
+        conn.execute(_COUNTS),
+        conn.execute(_FIRST_SEEN),
+        conn.execute(_EVENTS, _KINDS),
+        conn.execute(_ACCEPTED_THEN_ABSENT, _KINDS),
+    )
+
+
+def fold(
+    counts: Iterable[Sequence[Any]],
+    first_seen: Iterable[Sequence[Any]],
+    events: Iterable[Sequence[Any]],
+    accepted_then_absent: Iterable[Sequence[Any]],
+) -> dict[tuple[str, str], Figures]:
+    """The four queries' rows, per operation (shared by both backends, whose SQL
+    returns the same rows)."""
     out: dict[tuple[str, str], Figures] = {}
 
     def get(p: str, o: str) -> Figures:
         return out.setdefault((p, o), Figures())
 
-    for row in conn.execute(_COUNTS):
+    for row in counts:
         p, o, *n = row
         f = get(p, o)
         (
@@ -90,23 +108,26 @@ def figures(conn: sqlite3.Connection) -> dict[tuple[str, str], Figures]:
             f.late,
             f.contradictions,
         ) = (int(x or 0) for x in n)
-    for p, o, n, p50, p95 in conn.execute(_FIRST_SEEN):
+    for p, o, n, p50, p95 in first_seen:
         f = get(p, o)
-        f.first_seen_n, f.first_seen_p50, f.first_seen_p95 = int(n), p50, p95
-    for p, o, kind, to, value, n in conn.execute(_EVENTS, _KINDS):
+        f.first_seen_n = int(n)
+        f.first_seen_p50 = None if p50 is None else float(p50)
+        f.first_seen_p95 = None if p95 is None else float(p95)
+    for p, o, kind, to, value, count in events:
         f = get(p, o)
+        times = int(count)
         if kind == EventKind.OUTCOME and value == "proven":
-            f.proven_replies += n
+            f.proven_replies += times
         elif kind == EventKind.OUTCOME and value == "accepted":
-            f.unproven_replies += n
+            f.unproven_replies += times
         elif kind == EventKind.OUTCOME and value == "ambiguous":
-            f.ambiguous_sends += n
+            f.ambiguous_sends += times
         elif kind == EventKind.RECONCILED and to == "FAILED":
-            f.reconciled_absent += n
+            f.reconciled_absent += times
         elif kind == EventKind.RESOLVED and value == "applied:1":
-            f.found_by_person += n
-        elif kind == EventKind.UNRESOLVED and value == 1:
-            f.budget_spent += n
-    for p, o, n in conn.execute(_ACCEPTED_THEN_ABSENT, _KINDS):
+            f.found_by_person += times
+        elif kind == EventKind.UNRESOLVED and value in (1, "1"):
+            f.budget_spent += times
+    for p, o, n in accepted_then_absent:
         get(p, o).accepted_then_absent = int(n)
     return out

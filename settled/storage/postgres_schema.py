@@ -1,0 +1,218 @@
+"""The PostgreSQL ledger's schema migrations: named steps, applied once each, in order,
+each in its own transaction. Never edit a step that has shipped; add a new one.
+
+A ledger lives in one schema (the first of the connection's ``search_path``, so
+``?options=-csearch_path%3Dsettled`` picks it). The table ``settled_ledger`` marks the
+schema as a settled ledger and holds the number of steps applied; it is created in the
+same transaction as the first step, so no process can ever see settled's tables in a
+schema that is not marked. A schema that holds anything else and no mark is refused.
+
+Several processes may open a new ledger at once: each step takes a transaction-scoped
+advisory lock on the schema's name and re-reads the version under it, so every step runs
+exactly once.
+
+Types are PostgreSQL's own: ``timestamptz`` for times (the ledger converts them to and
+from the contract's text, ``YYYY-MM-DDTHH:MM:SS.ffffffZ``, at its boundary), ``boolean``
+for flags, ``text COLLATE "C"`` for names (byte order, as SQLite sorts them). Params,
+snapshots, declarations and event details stay JSON *text*: byte for byte what the
+ledger wrote, so a copied ledger's event checksum is the same on both backends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import LedgerError
+
+Cursor = Any  # a psycopg cursor; psycopg is imported by the ledger module only
+Step = Callable[[Cursor], None]
+
+MARK = "settled_ledger"
+
+_STATUSES = (
+    "'PENDING', 'IN_FLIGHT', 'AWAITING_VERIFICATION', 'CONFIRMED', 'FAILED', 'DENIED_UNRESOLVED'"
+)
+
+# The rows a due scan may take (``base.DUE_STATUSES``), as the due index's predicate.
+DUE_PREDICATE = (
+    "next_check_at IS NOT NULL"
+    " AND status IN ('IN_FLIGHT', 'AWAITING_VERIFICATION', 'DENIED_UNRESOLVED')"
+)
+
+_M001 = [
+    f"""
+    CREATE TABLE actions (
+        action_id text COLLATE "C" PRIMARY KEY,
+        provider text COLLATE "C" NOT NULL,
+        operation text COLLATE "C" NOT NULL,
+        params text NOT NULL,
+        params_hash text COLLATE "C" NOT NULL,
+        tier text NOT NULL,
+        reconciliation_key text,
+        eligible_at timestamptz,
+        requires_manual_verification boolean NOT NULL,
+        attempt integer NOT NULL DEFAULT 1,
+        idempotency_key text NOT NULL,
+        dispatch_id text,
+        provider_object_id text,
+        status text NOT NULL CHECK (status IN ({_STATUSES})),
+        delivery text NOT NULL,
+        acceptance text NOT NULL,
+        dispatched_at timestamptz,
+        confirmed_at timestamptz,
+        confirmed_by text,
+        created_at timestamptz NOT NULL,
+        updated_at timestamptz NOT NULL,
+        lease_owner text,
+        lease_expires_at timestamptz,
+        next_check_at timestamptz,
+        verify_started_at timestamptz,
+        verify_deadline_at timestamptz,
+        checks integer NOT NULL DEFAULT 0,
+        reason text,
+        snapshot text,
+        lands_by timestamptz,
+        contradiction text,
+        declared text
+    )
+    """,
+    # "Due for reconciliation" is a range scan over rows that still have a check time;
+    # terminal rows drop out of the index entirely. The due scan repeats this predicate
+    # word for word, so the planner walks this index in order and stops at the batch's
+    # size, whatever the statistics say about the status index.
+    f"CREATE INDEX actions_due ON actions (next_check_at) WHERE {DUE_PREDICATE}",
+    "CREATE INDEX actions_status ON actions (status, created_at)",
+    "CREATE INDEX actions_same_change ON actions (provider, operation, params_hash)",
+    """
+    CREATE TABLE events (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        action_id text COLLATE "C" NOT NULL REFERENCES actions (action_id),
+        at timestamptz NOT NULL,
+        actor text NOT NULL,
+        kind text NOT NULL,
+        from_status text,
+        to_status text NOT NULL,
+        attempt integer NOT NULL,
+        detail text NOT NULL
+    )
+    """,
+    "CREATE INDEX events_action ON events (action_id, id)",
+    # The event log is append-only in the database itself: UPDATE, DELETE and TRUNCATE
+    # of events, and DELETE and TRUNCATE of actions, are refused by triggers (a role
+    # that is not the tables' owner cannot even disable them; see docs/postgres.md).
+    """
+    CREATE FUNCTION settled_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        RAISE EXCEPTION 'settled: %', TG_ARGV[0];
+    END
+    $$
+    """,
+    "CREATE TRIGGER events_no_update BEFORE UPDATE ON events"
+    " FOR EACH ROW EXECUTE FUNCTION settled_refuse('events are append-only')",
+    "CREATE TRIGGER events_no_delete BEFORE DELETE ON events"
+    " FOR EACH ROW EXECUTE FUNCTION settled_refuse('events are append-only')",
+    "CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON events"
+    " FOR EACH STATEMENT EXECUTE FUNCTION settled_refuse('events are append-only')",
+    "CREATE TRIGGER actions_no_delete BEFORE DELETE ON actions"
+    " FOR EACH ROW EXECUTE FUNCTION settled_refuse('actions are never deleted')",
+    "CREATE TRIGGER actions_no_truncate BEFORE TRUNCATE ON actions"
+    " FOR EACH STATEMENT EXECUTE FUNCTION settled_refuse('actions are never deleted')",
+]
+
+# The triggers ``integrity_check`` expects, present and enabled.
+TRIGGERS = (
+    "events_no_update",
+    "events_no_delete",
+    "events_no_truncate",
+    "actions_no_delete",
+    "actions_no_truncate",
+)
+
+
+def _m001_initial(cur: Cursor) -> None:
+    for statement in _M001:
+        cur.execute(statement)
+
+
+MIGRATIONS: list[tuple[str, Step]] = [
+    ("001_initial", _m001_initial),
+]
+
+LATEST = len(MIGRATIONS)
+
+
+def inspect(cur: Cursor) -> tuple[int | None, list[str]]:
+    """Steps applied to the current schema (None when it is not marked as a ledger),
+    and, when it is not, up to five names of what it holds (empty: a schema we may
+    make a ledger in). Mark and contents are read by one statement, from one snapshot:
+    two reads could straddle another process's first step and see its tables unmarked.
+
+    The catalog is scanned rather than asked through ``to_regclass``, which may answer
+    from this session's cache of it: right after another process's first step commits,
+    that cache can still say the mark does not exist. Raises ``LedgerError`` when the
+    connection has no schema to work in."""
+    cur.execute(
+        """
+        WITH here AS (SELECT oid FROM pg_namespace WHERE nspname = current_schema())
+        SELECT current_schema(),
+               EXISTS (SELECT 1 FROM pg_class WHERE relname = %s
+                       AND relnamespace = (SELECT oid FROM here)),
+               ARRAY(SELECT relname::text FROM pg_class
+                     WHERE relnamespace = (SELECT oid FROM here)
+                     UNION ALL
+                     SELECT proname::text FROM pg_proc
+                     WHERE pronamespace = (SELECT oid FROM here)
+                     LIMIT 5)
+        """,
+        (MARK,),
+    )
+    schema, marked, names = cur.fetchone()
+    if schema is None:
+        cur.execute("SHOW search_path")
+        (path,) = cur.fetchone()
+        raise LedgerError(
+            f"no schema of search_path {path!r} exists in this database; create it "
+            "(CREATE SCHEMA ...) or point search_path at one"
+        )
+    if not marked:
+        return None, list(names)
+    cur.execute(f"SELECT version FROM {MARK}")
+    row = cur.fetchone()
+    return (int(row[0]) if row else 0), []
+
+
+def migrate(conn: Any, where: str) -> int:
+    """Apply every step not yet applied to the current schema, each in its own
+    transaction under an advisory lock, the first one marking the schema. Returns the
+    number of steps applied here. ``where`` names the ledger in errors."""
+    applied = 0
+    for number, (name, step) in enumerate(MIGRATIONS, start=1):
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('settled ledger ' || current_schema()))"
+            )
+            found, other = inspect(cur)
+            if found is None:
+                if other:
+                    raise LedgerError(
+                        f"{where} holds other tables ({', '.join(other)}) and is not a "
+                        "settled ledger; refusing to write to it (use an empty schema)"
+                    )
+                cur.execute(
+                    f"CREATE TABLE {MARK} (only_row boolean PRIMARY KEY DEFAULT true"
+                    " CHECK (only_row), application text NOT NULL, version integer NOT NULL)"
+                )
+                cur.execute(
+                    "CREATE TABLE _migrations (name text PRIMARY KEY,"
+                    " applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+                )
+                cur.execute(f"INSERT INTO {MARK} (application, version) VALUES ('settled', 0)")
+                found = 0
+            if found >= number:
+                continue
+            step(cur)
+            cur.execute("INSERT INTO _migrations (name) VALUES (%s)", (name,))
+            cur.execute(f"UPDATE {MARK} SET version = %s", (number,))
+            applied += 1
+    return applied
