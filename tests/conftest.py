@@ -1,26 +1,21 @@
-"""Shared fixtures. Every test gets its own ledger and config paths (autouse), a real
-sim provider on loopback when it asks for one, and a way to run `settled` as a real
-OS process."""
+"""Shared fixtures. Every test gets its own ledger and config paths (autouse) and a
+real sim provider on loopback when it asks for one. Plain helpers (running `settled`
+as a real OS process, writing a settled.toml) live in support.py."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pg_schemas as pg
 import pytest
+from support import sim_conf, write_config
 
 from settled.ledger import Ledger
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer
-
-ROOT = Path(__file__).resolve().parent.parent
-
 
 # -- backends ---------------------------------------------------------------------------------
 #
@@ -150,19 +145,6 @@ def sim() -> Iterator[SimServer]:
         yield server
 
 
-def sim_conf(server: SimServer, **over: Any) -> dict[str, Any]:
-    conf: dict[str, Any] = {
-        "type": "sim",
-        "base_url": server.url,
-        "timeout": 0.3,
-        "consistency_window": 0.0,
-        "verify_interval": 0.05,
-        "verify_deadline": 1.0,
-    }
-    conf.update(over)
-    return conf
-
-
 @pytest.fixture
 def registry(sim: SimServer) -> Iterator[Registry]:
     reg = Registry({"sim": sim_conf(sim)}, source="test")
@@ -170,75 +152,7 @@ def registry(sim: SimServer) -> Iterator[Registry]:
     reg.close()
 
 
-def toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
-    if isinstance(v, list):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    return repr(v)
-
-
-def write_config(path: Path, providers: dict[str, dict[str, Any]], **sections: dict[str, Any]) -> Path:
-    lines: list[str] = []
-    for sect, values in sections.items():
-        lines.append(f"[{sect}]")
-        lines += [f"{k} = {toml_value(v)}" for k, v in values.items()]
-    for name, conf in providers.items():
-        ops = conf.pop("operations", None)
-        lines.append(f"[providers.{name}]")
-        lines += [f"{k} = {toml_value(v)}" for k, v in conf.items()]
-        for op, oconf in (ops or {}).items():
-            lines.append(f"[providers.{name}.operations.{op}]")
-            lines += [f"{k} = {toml_value(v)}" for k, v in oconf.items()]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
 @pytest.fixture
 def sim_config(tmp_path: Path, sim: SimServer) -> Path:
     """settled.toml pointing the `sim` provider at the test's sim server."""
     return write_config(tmp_path / "settled.toml", {"sim": sim_conf(sim)})
-
-
-def command(args: tuple[str, ...], crash_at: str | None, pause_at: str | None = None) -> list[str]:
-    """`settled ARGS` as a real process; with ``crash_at`` (or ``pause_at``), through
-    the entry point that arms that crash point (``settled.testing``)."""
-    if crash_at:
-        return [sys.executable, "-m", "settled.testing", "--crash-at", crash_at, *args]
-    if pause_at:
-        return [sys.executable, "-m", "settled.testing", "--pause-at", pause_at, *args]
-    return [sys.executable, "-m", "settled", *args]
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None, input: str | None = None,
-            timeout: float = 60, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run `settled` as a real process (python -m settled)."""
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    return subprocess.run(
-        command(args, crash_at),
-        capture_output=True,
-        text=True,
-        env=full_env,
-        input=input,
-        timeout=timeout,
-        cwd=str(ROOT),
-    )
-
-
-def popen_cli(*args: str, env: dict[str, str] | None = None,
-              crash_at: str | None = None, pause_at: str | None = None) -> subprocess.Popen[str]:
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    return subprocess.Popen(
-        command(args, crash_at, pause_at),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=full_env,
-        cwd=str(ROOT),
-    )

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, run_cli, sim_conf, write_config
 from invariants import check
+from support import ROOT, run_cli, sim_conf, write_config
 
 import settled
 from settled.agents import call, tool_specs, tools

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import ROOT
+from support import ROOT
 
 
 def test_the_example_agent_loop_never_reports_a_lost_mail_and_books_once() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli, sim_conf, write_config
+from support import run_cli, sim_conf, write_config
 
 from settled.audit import MIN_EVIDENCE, answer, audit
 from settled.clock import FakeClock

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli, sim_conf, write_config
 from invariants import check, settle
+from support import run_cli, sim_conf, write_config
 
 from settled.bulk import Line, read_lines, summary
 from settled.clock import Clock, to_text

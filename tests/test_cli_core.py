@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import rawdb
-from conftest import run_cli
+from support import run_cli
 
 from settled.model import RECORD_FIELDS
 from settled.providers.sim_server import SimServer

@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, popen_cli, run_cli, sim_conf, write_config
 from invariants import dump
 from ledger_rows import add
+from support import ROOT, popen_cli, run_cli, sim_conf, write_config
 
 from settled.dispatch import Dispatcher
 from settled.ledger import Ledger

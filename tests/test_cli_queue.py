@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli, sim_conf, write_config
+from support import run_cli, sim_conf, write_config
 
 from settled.dispatch import Dispatcher
 from settled.ledger import Ledger

@@ -260,7 +260,7 @@ def hostile_ledger(db_path: Path) -> dict[str, str]:
 
 
 def test_queue_show_and_json_on_a_pipe(hostile_ledger: dict[str, str]) -> None:
-    from conftest import run_cli
+    from support import run_cli
 
     out = run_cli("queue")
     assert out.returncode == 0, out.stderr
@@ -284,7 +284,7 @@ def test_queue_show_and_json_on_a_pipe(hostile_ledger: dict[str, str]) -> None:
 
 
 def test_a_contradicted_record_is_flagged_in_show_and_queue(db_path: Path) -> None:
-    from conftest import run_cli
+    from support import run_cli
 
     from settled.model import EventKind, Status
     from settled.storage import Move

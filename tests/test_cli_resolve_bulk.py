@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
 from invariants import dump
 from ledger_rows import add
+from support import run_cli
 from tmux import exit_code, run_in_terminal, tmux_available
 
 from settled.ledger import Ledger

@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import sim_conf, write_config
 from ledger_rows import add
+from support import sim_conf, write_config
 from tmux import exit_code, run_in_terminal, screen_lines, tmux_available
 
 from settled.ledger import Ledger

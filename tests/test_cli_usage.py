@@ -4,7 +4,7 @@ Typer raises them from, and never an "internal error"."""
 from __future__ import annotations
 
 import pytest
-from conftest import run_cli
+from support import run_cli
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from urllib.parse import parse_qsl
 
 import httpx
 import pytest
-from conftest import run_cli
+from support import run_cli
 
 from settled import config
 from settled.model import Tier

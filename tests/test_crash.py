@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import rawdb
-from conftest import popen_cli, run_cli, sim_conf, write_config
+from support import popen_cli, run_cli, sim_conf, write_config
 
 from settled.providers.sim_server import SimServer
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, popen_cli, run_cli, sim_conf, write_config
+from support import ROOT, popen_cli, run_cli, sim_conf, write_config
 
 from settled.dispatch import Dispatcher
 from settled.ledger import Ledger

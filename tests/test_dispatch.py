@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import popen_cli, sim_conf
+from support import popen_cli, sim_conf
 
 from settled.cli.common import report_exit
 from settled.clock import FakeClock

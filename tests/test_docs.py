@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_cli
+from support import ROOT, run_cli
 
 README = (ROOT / "README.md").read_text()
 COMMANDS = ["dispatch", "confirm", "reconcile", "resolve", "retry", "queue", "show",

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, sim_conf, write_config
+from support import ROOT, sim_conf, write_config
 
 from settled.providers.sim_server import SimServer
 

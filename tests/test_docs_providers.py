@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from support import run_cli
 
 from settled import config
 from settled.errors import ConfigError

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import popen_cli, run_cli, sim_conf, write_config
+from support import popen_cli, run_cli, sim_conf, write_config
 
 from settled.clock import from_text, utcnow
 from settled.ledger import Ledger

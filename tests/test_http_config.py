@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli, write_config
+from support import run_cli, write_config
 
 from settled.errors import ConfigError
 from settled.providers import Registry

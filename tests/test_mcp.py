@@ -14,10 +14,10 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from conftest import run_cli
 from invariants import check
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from support import run_cli
 
 from settled.agents.core import Operation, Toolbox
 from settled.agents.mcp_server import build_server

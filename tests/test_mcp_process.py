@@ -17,10 +17,10 @@ from typing import Any, TextIO
 
 import anyio
 import mcp_types as types
-from conftest import ROOT, popen_cli, run_cli, write_config
 from invariants import check
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from support import ROOT, popen_cli, run_cli, write_config
 
 from settled.ledger import Ledger
 from settled.providers.sim_server import SimServer

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import rawdb
-from conftest import run_cli
 from records import new_record
+from support import run_cli
 
 from settled.errors import LedgerError
 from settled.ledger import Ledger

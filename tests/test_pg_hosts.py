@@ -29,8 +29,8 @@ from typing import Any
 
 import pg_schemas as pg
 import pytest
-from conftest import ROOT, command, write_config
 from invariants import check
+from support import ROOT, command, write_config
 
 from settled.clock import from_text
 from settled.ledger import Ledger

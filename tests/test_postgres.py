@@ -19,8 +19,8 @@ from typing import Any
 import pg_schemas as pg
 import pytest
 import rawdb
-from conftest import ROOT, run_cli
 from records import T0, move, new_record, transition
+from support import ROOT, run_cli
 
 from settled.clock import steady, utcnow
 from settled.config import from_dict

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from conftest import run_cli, write_config
+from support import run_cli, write_config
 
 TINY = """
 from settled.model import Tier

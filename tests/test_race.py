@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import popen_cli, run_cli
+from support import popen_cli, run_cli
 
 from settled.providers.sim_server import SimServer
 

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import sim_conf
 from records import transition
+from support import sim_conf
 
 from settled.clock import FakeClock, from_text, plus, to_text
 from settled.dispatch import Dispatcher

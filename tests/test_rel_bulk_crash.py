@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import popen_cli, run_cli, write_config
 from invariants import check, settle
+from support import popen_cli, run_cli, write_config
 
 from settled.config import load
 from settled.ledger import Ledger

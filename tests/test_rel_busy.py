@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 import rawdb
-from conftest import popen_cli, run_cli, write_config
 from invariants import check, dump, settle
+from support import popen_cli, run_cli, write_config
 
 from settled.config import load
 from settled.ledger import Ledger

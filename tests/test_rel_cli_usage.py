@@ -5,7 +5,7 @@ recognise as well."""
 from __future__ import annotations
 
 import pytest
-from conftest import run_cli
+from support import run_cli
 
 
 @pytest.mark.parametrize(

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, popen_cli, write_config
 from invariants import budget, check, scaled, settle
+from support import ROOT, popen_cli, write_config
 
 from settled.config import load
 from settled.ledger import Ledger

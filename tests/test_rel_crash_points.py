@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 import rawdb
-from conftest import popen_cli, run_cli, write_config
 from invariants import check, settle
+from support import popen_cli, run_cli, write_config
 
 from settled.clock import Clock
 from settled.config import load

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import popen_cli, run_cli, write_config
 from invariants import check
+from support import popen_cli, run_cli, write_config
 
 from settled.clock import FakeClock
 from settled.dispatch import Dispatcher, DispatchSettings

@@ -24,10 +24,10 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import run_cli, sim_conf, write_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from invariants import budget, check, dump, scaled, settle
+from support import run_cli, sim_conf, write_config
 
 from settled.cli import main
 from settled.dispatch import Dispatcher

@@ -9,8 +9,8 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
 from invariants import dump
+from support import run_cli
 
 from settled.dispatch import Dispatcher
 from settled.errors import UsageError

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import rawdb
-from conftest import run_cli, write_config
+from support import run_cli, write_config
 
 from settled.clock import utcnow
 from settled.dispatch import Dispatcher

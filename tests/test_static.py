@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import ROOT
+from support import ROOT
 
 
 def test_ruff_is_clean() -> None:

@@ -12,7 +12,7 @@ import time
 import uuid
 from pathlib import Path
 
-from conftest import ROOT
+from support import ROOT
 
 DONE = "__settled_done__"
 

@@ -1,0 +1,98 @@
+"""What tests import: the repository root, a sim provider's config, a settled.toml
+writer, and `settled` run as a real OS process (with a crash or pause point armed
+through ``settled.testing`` when asked). Fixtures live in conftest.py; plain helpers
+live here so that tests import them like any module."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from settled.providers.sim_server import SimServer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def sim_conf(server: SimServer, **over: Any) -> dict[str, Any]:
+    conf: dict[str, Any] = {
+        "type": "sim",
+        "base_url": server.url,
+        "timeout": 0.3,
+        "consistency_window": 0.0,
+        "verify_interval": 0.05,
+        "verify_deadline": 1.0,
+    }
+    conf.update(over)
+    return conf
+
+
+def toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    return repr(v)
+
+
+def write_config(path: Path, providers: dict[str, dict[str, Any]], **sections: dict[str, Any]) -> Path:
+    lines: list[str] = []
+    for sect, values in sections.items():
+        lines.append(f"[{sect}]")
+        lines += [f"{k} = {toml_value(v)}" for k, v in values.items()]
+    for name, conf in providers.items():
+        ops = conf.pop("operations", None)
+        lines.append(f"[providers.{name}]")
+        lines += [f"{k} = {toml_value(v)}" for k, v in conf.items()]
+        for op, oconf in (ops or {}).items():
+            lines.append(f"[providers.{name}.operations.{op}]")
+            lines += [f"{k} = {toml_value(v)}" for k, v in oconf.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def command(args: tuple[str, ...], crash_at: str | None, pause_at: str | None = None) -> list[str]:
+    """`settled ARGS` as a real process; with ``crash_at`` (or ``pause_at``), through
+    the entry point that arms that crash point (``settled.testing``)."""
+    if crash_at:
+        return [sys.executable, "-m", "settled.testing", "--crash-at", crash_at, *args]
+    if pause_at:
+        return [sys.executable, "-m", "settled.testing", "--pause-at", pause_at, *args]
+    return [sys.executable, "-m", "settled", *args]
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, input: str | None = None,
+            timeout: float = 60, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `settled` as a real process (python -m settled)."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        command(args, crash_at),
+        capture_output=True,
+        text=True,
+        env=full_env,
+        input=input,
+        timeout=timeout,
+        cwd=str(ROOT),
+    )
+
+
+def popen_cli(*args: str, env: dict[str, str] | None = None,
+              crash_at: str | None = None, pause_at: str | None = None) -> subprocess.Popen[str]:
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.Popen(
+        command(args, crash_at, pause_at),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=full_env,
+        cwd=str(ROOT),
+    )
