@@ -1,5 +1,5 @@
 """One command runs every check: the lint and the type checks run as tests, with the
-configuration in pyproject.toml (mypy strict on the core)."""
+configuration in pyproject.toml (mypy strict on the whole package)."""
 
 from __future__ import annotations
 
