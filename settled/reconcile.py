@@ -275,100 +275,13 @@ class Reconciler:
     ) -> None:
         """The pass's queries from ``concurrency`` threads, at most a provider's
         ``max_in_flight`` at once to it; deciding and writing stay on this thread, in
-        the same group commits as a pass in turn. The next batch is leased as soon as
-        the last one has no row left to start, so the threads are not left idle while
-        a batch's slowest queries finish."""
-        done: queue.SimpleQueue[tuple[_Job, Observation | BaseException | None]] = (
-            queue.SimpleQueue()
-        )
-        rows: deque[tuple[ActionRecord, str]] = deque()  # leased, not yet looked at
-        backlog: dict[str, deque[_Job]] = {}  # waiting for a provider's free slot
-        running: dict[str, int] = {}
-        total = 0
-        exhausted = False
-        failure: BaseException | None = None
-
-        def run(job: _Job) -> None:
-            try:
-                done.put((job, self._query(job)))
-            except BaseException as exc:  # handed to this thread, which raises it
-                done.put((job, exc))
-
-        # A query waits in the pool's queue while this thread leases the next batch or
-        # writes a group: twice as many started as there are threads keeps them busy.
-        # A provider's limit counts queries started, so it never has more in flight.
-        ahead = 2 * self.concurrency
-
-        def free(provider: str) -> bool:
-            cap = self.gates.limit(provider) or ahead
-            return total < ahead and running.get(provider, 0) < cap
-
-        def start(pool: ThreadPoolExecutor, job: _Job) -> None:
-            nonlocal total
-            running[job.rec.provider] = running.get(job.rec.provider, 0) + 1
-            total += 1
-            pool.submit(run, job)
-
+        the same group commits as a pass in turn (see ``_Fanout``)."""
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="settled-check") as pool:
-            while True:
-                for waiting in backlog.values():
-                    while (
-                        waiting
-                        and free(waiting[0].rec.provider)
-                        and failure is None
-                        and not report.stopped
-                    ):
-                        start(pool, waiting.popleft())
-                while total < ahead and failure is None and not report.stopped:
-                    if len(rows) < self.concurrency and not exhausted and not any(backlog.values()):
-                        leased = lease_next()
-                        if leased is None:
-                            exhausted = True
-                        else:
-                            rows.extend((rec, leased[1]) for rec in leased[0])
-                        continue
-                    if not rows:
-                        break
-                    if self.stop_requested():
-                        report.stopped = True
-                        break
-                    rec, owner = rows.popleft()
-                    report.examined += 1
-                    job = self._prepare(rec, owner, report, group)
-                    if job is None:
-                        continue
-                    if free(rec.provider):
-                        start(pool, job)
-                    else:
-                        backlog.setdefault(rec.provider, deque()).append(job)
-                if total == 0:
-                    break
-                timeout = group.due_in() if group.moves else None
-                try:
-                    job, obs = done.get(timeout=timeout)
-                except queue.Empty:
-                    group.flush()
-                    continue
-                total -= 1
-                running[job.rec.provider] -= 1
-                if isinstance(obs, BaseException):
-                    failure = failure or obs
-                else:
-                    self._conclude(job, obs, report, group)
-                if group.stale():
-                    group.flush()
-        rest = [(job.rec, job.owner) for waiting in backlog.values() for job in waiting]
-        report.examined -= len(rest)
-        rest += list(rows)
-        if rest:  # stopped, or a query failed: unchecked, due again at once
-            group.flush()
-            owners: dict[str, list[ActionRecord]] = {}
-            for rec, owner in rest:
-                owners.setdefault(owner, []).append(rec)
-            for owner, recs in owners.items():
-                self.ledger.hand_back(recs, owner=owner)
-        if failure is not None:
-            raise failure
+            fan = _Fanout(self, pool, lease_next, report, group)
+            fan.run()
+        fan.hand_back_unchecked()
+        if fan.failure is not None:
+            raise fan.failure
 
     def run_ids(self, action_ids: Iterable[str]) -> PassReport:
         """Check these records now, whatever their schedule. Unknown ids raise
@@ -565,3 +478,125 @@ def _change(rec: ActionRecord, move: Move, seen: str | None, kind: str) -> Chang
         rec.action_id, str(move.frm), str(move.to), kind, str(move.values.get("reason") or ""),
         move.values.get("next_check_at"), move.at, seen, rec.provider, rec.operation,
     )  # fmt: skip
+
+
+class _Fanout:
+    """One concurrent pass's bookkeeping. This thread leases rows, prepares each one
+    (judging what needs no query), starts its query on the pool when its provider has
+    a free slot, and concludes each observation as it comes back. The next batch is
+    leased as soon as the last one has no row left to start, so the threads are not
+    left idle while a batch's slowest queries finish. Rows not checked when the pass
+    stops (or a query raised) are handed back, due again at once."""
+
+    def __init__(
+        self,
+        owner: Reconciler,
+        pool: ThreadPoolExecutor,
+        lease_next: Callable[[], tuple[list[ActionRecord], str] | None],
+        report: PassReport,
+        group: _Group,
+    ) -> None:
+        self.r = owner
+        self.pool = pool
+        self.lease_next = lease_next
+        self.report = report
+        self.group = group
+        self.done: queue.SimpleQueue[tuple[_Job, Observation | BaseException | None]] = (
+            queue.SimpleQueue()
+        )
+        self.rows: deque[tuple[ActionRecord, str]] = deque()  # leased, not yet looked at
+        self.backlog: dict[str, deque[_Job]] = {}  # waiting for a provider's free slot
+        self.running: dict[str, int] = {}
+        self.total = 0
+        self.exhausted = False
+        self.failure: BaseException | None = None
+        # A query waits in the pool's queue while this thread leases the next batch or
+        # writes a group: twice as many started as there are threads keeps them busy.
+        # A provider's limit counts queries started, so it never has more in flight.
+        self.ahead = 2 * owner.concurrency
+
+    def run(self) -> None:
+        while True:
+            self._start_backlog()
+            self._fill()
+            if self.total == 0:
+                return
+            timeout = self.group.due_in() if self.group.moves else None
+            try:
+                job, obs = self.done.get(timeout=timeout)
+            except queue.Empty:
+                self.group.flush()
+                continue
+            self.total -= 1
+            self.running[job.rec.provider] -= 1
+            if isinstance(obs, BaseException):
+                self.failure = self.failure or obs
+            else:
+                self.r._conclude(job, obs, self.report, self.group)
+            if self.group.stale():
+                self.group.flush()
+
+    def _going(self) -> bool:
+        return self.failure is None and not self.report.stopped
+
+    def _free(self, provider: str) -> bool:
+        cap = self.r.gates.limit(provider) or self.ahead
+        return self.total < self.ahead and self.running.get(provider, 0) < cap
+
+    def _start(self, job: _Job) -> None:
+        self.running[job.rec.provider] = self.running.get(job.rec.provider, 0) + 1
+        self.total += 1
+        self.pool.submit(self._query, job)
+
+    def _query(self, job: _Job) -> None:
+        try:
+            self.done.put((job, self.r._query(job)))
+        except BaseException as exc:  # handed to the pass's thread, which raises it
+            self.done.put((job, exc))
+
+    def _start_backlog(self) -> None:
+        for waiting in self.backlog.values():
+            while waiting and self._free(waiting[0].rec.provider) and self._going():
+                self._start(waiting.popleft())
+
+    def _fill(self) -> None:
+        """Start queries until ``ahead`` are in flight or no row is left."""
+        while self.total < self.ahead and self._going():
+            if (
+                len(self.rows) < self.r.concurrency
+                and not self.exhausted
+                and not any(self.backlog.values())
+            ):
+                leased = self.lease_next()
+                if leased is None:
+                    self.exhausted = True
+                else:
+                    self.rows.extend((rec, leased[1]) for rec in leased[0])
+                continue
+            if not self.rows:
+                return
+            if self.r.stop_requested():
+                self.report.stopped = True
+                return
+            rec, owner = self.rows.popleft()
+            self.report.examined += 1
+            job = self.r._prepare(rec, owner, self.report, self.group)
+            if job is None:
+                continue
+            if self._free(rec.provider):
+                self._start(job)
+            else:
+                self.backlog.setdefault(rec.provider, deque()).append(job)
+
+    def hand_back_unchecked(self) -> None:
+        rest = [(job.rec, job.owner) for waiting in self.backlog.values() for job in waiting]
+        self.report.examined -= len(rest)
+        rest += list(self.rows)
+        if not rest:
+            return
+        self.group.flush()
+        owners: dict[str, list[ActionRecord]] = {}
+        for rec, owner in rest:
+            owners.setdefault(owner, []).append(rec)
+        for owner, recs in owners.items():
+            self.r.ledger.hand_back(recs, owner=owner)

@@ -370,117 +370,34 @@ _EXAMPLES = {
 
 
 def _operation(c: _Checker, name: str, conf: Any, default_timeout: float) -> _Operation:
+    """One operation's table, checked section by section: what it is (tier, budget, the
+    words an agent sees), how its request is shaped and where the key goes, how its
+    replies and its query are read. Each section refuses with the key and an example."""
     key = f"operations.{name}"
     conf = c.table(key, conf, OPERATION_KEYS)
-    if "tier" not in conf:
-        raise c.fail(
-            f"{key}.tier", 'missing; add tier = "full", "reconcilable", "partial" or "blind"'
-        )
-    try:
-        tier = Tier(conf["tier"])
-    except ValueError:
-        raise c.fail(
-            f"{key}.tier",
-            f"{conf['tier']!r} is not a tier; use one of full, reconcilable, partial, blind",
-        ) from None
-    window = number(
-        f"{key}.consistency_window", conf.get("consistency_window", DEFAULT_CONSISTENCY_WINDOW)
-    )
-    attempts = conf.get("attempts", DEFAULT_ATTEMPTS)
-    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-        raise c.fail(
-            f"{key}.attempts",
-            f"must be a whole number >= 1 (the one retry budget), got {attempts!r}",
-        )
-    timeout = number(f"{key}.timeout", conf.get("timeout", default_timeout), positive=True)
-    backoff = number(f"{key}.backoff", conf["backoff"]) if "backoff" in conf else None
+    tier = _tier(c, key, conf)
+    budget = _budget(c, key, conf, default_timeout)
     idem = conf.get("idempotency_header")
     if idem is not None and (not isinstance(idem, str) or not _TOKEN.match(idem)):
         raise c.fail(
             f"{key}.idempotency_header",
             'must be a header name, e.g. "Idempotency-Key"; omit it when the provider does not deduplicate',
         )
-    for k in ("title", "description"):
-        if k in conf and (not isinstance(conf[k], str) or has_control(conf[k])):
-            raise c.fail(f"{key}.{k}", "must be a one-line string")
-    for k in ("destructive", "needs_confirmation"):
-        if k in conf and not isinstance(conf[k], bool):
-            raise c.fail(f"{key}.{k}", "must be true or false")
-    schema = conf.get("params_schema")
-    if schema is not None and (not isinstance(schema, Mapping) or schema.get("type") != "object"):
-        raise c.fail(
-            f"{key}.params_schema",
-            'must be a JSON schema for an object, e.g. params_schema = { type = "object", '
-            'required = ["to"], properties = { to = { type = "string" } } }',
-        )
+    schema = _presentation(c, key, conf)
 
-    key_param = conf.get("reconciliation_key_param")
-    if key_param is not None:
-        if not isinstance(key_param, str) or not re.fullmatch(r"[A-Za-z0-9_\-]+", key_param):
-            raise c.fail(
-                f"{key}.reconciliation_key_param",
-                'must name one top-level param, e.g. reconciliation_key_param = "order_number"',
-            )
-        if tier is Tier.BLIND:
-            raise c.fail(
-                f"{key}.reconciliation_key_param",
-                "a blind operation gets no reconciliation key; remove it",
-            )
-    keyed = tier is not Tier.BLIND
-    allowed = REQUEST_FIELDS | ({"reconciliation_key"} if keyed else set())
+    key_param = _key_param(c, key, conf, tier)
+    allowed = REQUEST_FIELDS | ({"reconciliation_key"} if tier is not Tier.BLIND else set())
     if "request" not in conf:
         raise c.fail(
             f"{key}.request", 'missing; add request = { method = "POST", path = "/things" }'
         )
     request, _ = c.call(f"{key}.request", conf["request"], REQUEST_METHODS, allowed, REQUEST_KEYS)
-    key_field = None
-    if "reconciliation_key_field" in conf:
-        raw = c.text(
-            f"{key}.reconciliation_key_field",
-            conf["reconciliation_key_field"],
-            '"client_reference"',
-        )
-        if tier is Tier.BLIND:
-            raise c.fail(
-                f"{key}.reconciliation_key_field",
-                "a blind operation gets no reconciliation key; remove it",
-            )
-        if request.encoding == "none":
-            raise c.fail(
-                f"{key}.reconciliation_key_field",
-                'the request has no body (encoding = "none"); put {reconciliation_key} in its path or query',
-            )
-        key_field = Pointer.parse(raw) if raw.startswith("/") else Pointer.from_form_path(raw)
-        if key_field is None or not key_field.tokens:
-            raise c.fail(
-                f"{key}.reconciliation_key_field",
-                f'{raw!r}: write a field name ("client_reference"), a JSON pointer ("/row/id") '
-                'or a form path ("metadata[ref]")',
-            )
+    key_field = _key_field(c, key, conf, tier, request)
     carries = key_field is not None or key_param is not None or request.uses("reconciliation_key")
     object_id = c.pointer(f"{key}.object_id", conf["object_id"]) if "object_id" in conf else None
+    conflict = _conflict_statuses(c, key, conf)
 
-    conflict: tuple[int, ...] = ()
-    if "conflict_statuses" in conf:
-        raw_c = conf["conflict_statuses"]
-        if (
-            not isinstance(raw_c, list)
-            or not raw_c
-            or not all(
-                isinstance(v, int) and not isinstance(v, bool) and 400 <= v <= 599 for v in raw_c
-            )
-        ):
-            raise c.fail(
-                f"{key}.conflict_statuses",
-                "must be a list of HTTP statuses 400-599, e.g. conflict_statuses = [409]",
-            )
-        conflict = tuple(raw_c)
-
-    status = c.pointer(f"{key}.status", conf["status"]) if "status" in conf else None
-    applied = c.values(f"{key}.applied", conf["applied"]) if "applied" in conf else ()
-    not_applied = (
-        c.values(f"{key}.not_applied", conf["not_applied"]) if "not_applied" in conf else ()
-    )
+    status, applied, not_applied = _reading(c, key, conf)
     query = None
     if "query" in conf:
         if tier in (Tier.PARTIAL, Tier.BLIND):
@@ -503,23 +420,6 @@ def _operation(c: _Checker, name: str, conf: Any, default_timeout: float) -> _Op
             "a conflict only says the key may already be applied; the query must verify it, "
             "so add a query (or remove conflict_statuses)",
         )
-
-    if status is not None and not applied:
-        raise c.fail(
-            f"{key}.applied",
-            'missing: status needs the values that prove the effect, e.g. applied = ["delivered"]',
-        )
-    if status is None and (applied or not_applied):
-        which = "applied" if applied else "not_applied"
-        raise c.fail(
-            f"{key}.status",
-            f'missing: {which} needs a JSON pointer to read, e.g. status = "/status"',
-        )
-    both = set(map(repr, applied)) & set(map(repr, not_applied))
-    if both:
-        raise c.fail(
-            f"{key}.not_applied", f"{min(both)} is in both applied and not_applied; keep it in one"
-        )
     not_found = conf.get("not_found", "pending")
     if not_found not in ("pending", "not_applied"):
         raise c.fail(
@@ -530,29 +430,7 @@ def _operation(c: _Checker, name: str, conf: Any, default_timeout: float) -> _Op
             f"{key}.not_found", "applies to the query's 404, but there is no query; remove it"
         )
 
-    verify = dict(DEFAULT_VERIFY)
-    if "verify" in conf:
-        vconf = c.table(f"{key}.verify", conf["verify"], ("interval", "deadline"))
-        for vk in ("interval", "deadline"):
-            if vk in vconf:
-                verify[vk] = number(f"{key}.verify.{vk}", vconf[vk], positive=True)
-
-    if tier is Tier.FULL:
-        proof = (
-            f"a 2xx reply with {status.text} in {list(applied)}"
-            if status is not None
-            else "any 2xx reply except 202 (as declared)"
-        )
-    else:
-        proof = ""
-    if query is not None:
-        verifies = _describe_query(query, status, applied)
-    elif tier is Tier.FULL:
-        verifies = "the reply (no query: a lost reply needs a person)"
-    elif tier is Tier.PARTIAL:
-        verifies = "a person: the reply proves delivery only"
-    else:
-        verifies = "nothing can: a person"
+    proof, verifies = _describe(tier, query, status, applied)
     query_refs = set()
     if query is not None:
         query_refs = {
@@ -561,19 +439,19 @@ def _operation(c: _Checker, name: str, conf: Any, default_timeout: float) -> _Op
     spec = OperationSpec(
         name,
         tier,
-        consistency_window=window,
-        attempts=attempts,
+        consistency_window=budget.window,
+        attempts=budget.attempts,
         dedupes_keys=idem is not None,
-        timeout=timeout,
-        verify_interval=verify["interval"],
-        verify_deadline=verify["deadline"],
+        timeout=budget.timeout,
+        verify_interval=budget.verify_interval,
+        verify_deadline=budget.verify_deadline,
         queryable=query is not None,
         carries_key=carries,  # blind requests cannot carry a key (refused above)
         verifies=verifies,
         proof=proof,
         query_by_object_id="provider_object_id" in query_refs
         and "reconciliation_key" not in query_refs,
-        backoff=backoff,
+        backoff=budget.backoff,
         conflict_statuses=conflict,
         destructive=conf.get("destructive", True),
         title=conf.get("title", ""),
@@ -598,6 +476,185 @@ def _operation(c: _Checker, name: str, conf: Any, default_timeout: float) -> _Op
         not_found == "not_applied",
         conflict,
     )
+
+
+def _tier(c: _Checker, key: str, conf: Mapping[str, Any]) -> Tier:
+    if "tier" not in conf:
+        raise c.fail(
+            f"{key}.tier", 'missing; add tier = "full", "reconcilable", "partial" or "blind"'
+        )
+    try:
+        return Tier(conf["tier"])
+    except ValueError:
+        raise c.fail(
+            f"{key}.tier",
+            f"{conf['tier']!r} is not a tier; use one of full, reconcilable, partial, blind",
+        ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class _Budget:
+    """How long and how often: the one retry budget, the per-try deadline, the pause
+    between tries, and when verification gives up."""
+
+    window: float
+    attempts: int
+    timeout: float
+    backoff: float | None
+    verify_interval: float
+    verify_deadline: float
+
+
+def _budget(c: _Checker, key: str, conf: Mapping[str, Any], default_timeout: float) -> _Budget:
+    window = number(
+        f"{key}.consistency_window", conf.get("consistency_window", DEFAULT_CONSISTENCY_WINDOW)
+    )
+    attempts = conf.get("attempts", DEFAULT_ATTEMPTS)
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        raise c.fail(
+            f"{key}.attempts",
+            f"must be a whole number >= 1 (the one retry budget), got {attempts!r}",
+        )
+    timeout = number(f"{key}.timeout", conf.get("timeout", default_timeout), positive=True)
+    backoff = number(f"{key}.backoff", conf["backoff"]) if "backoff" in conf else None
+    verify = dict(DEFAULT_VERIFY)
+    if "verify" in conf:
+        vconf = c.table(f"{key}.verify", conf["verify"], ("interval", "deadline"))
+        for vk in ("interval", "deadline"):
+            if vk in vconf:
+                verify[vk] = number(f"{key}.verify.{vk}", vconf[vk], positive=True)
+    return _Budget(window, attempts, timeout, backoff, verify["interval"], verify["deadline"])
+
+
+def _presentation(c: _Checker, key: str, conf: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The words and flags an agent or an operator sees; returns the params schema."""
+    for k in ("title", "description"):
+        if k in conf and (not isinstance(conf[k], str) or has_control(conf[k])):
+            raise c.fail(f"{key}.{k}", "must be a one-line string")
+    for k in ("destructive", "needs_confirmation"):
+        if k in conf and not isinstance(conf[k], bool):
+            raise c.fail(f"{key}.{k}", "must be true or false")
+    schema = conf.get("params_schema")
+    if schema is not None and (not isinstance(schema, Mapping) or schema.get("type") != "object"):
+        raise c.fail(
+            f"{key}.params_schema",
+            'must be a JSON schema for an object, e.g. params_schema = { type = "object", '
+            'required = ["to"], properties = { to = { type = "string" } } }',
+        )
+    return schema
+
+
+def _key_param(c: _Checker, key: str, conf: Mapping[str, Any], tier: Tier) -> str | None:
+    key_param = conf.get("reconciliation_key_param")
+    if key_param is None:
+        return None
+    if not isinstance(key_param, str) or not re.fullmatch(r"[A-Za-z0-9_\-]+", key_param):
+        raise c.fail(
+            f"{key}.reconciliation_key_param",
+            'must name one top-level param, e.g. reconciliation_key_param = "order_number"',
+        )
+    if tier is Tier.BLIND:
+        raise c.fail(
+            f"{key}.reconciliation_key_param",
+            "a blind operation gets no reconciliation key; remove it",
+        )
+    return key_param
+
+
+def _key_field(
+    c: _Checker, key: str, conf: Mapping[str, Any], tier: Tier, request: _Call
+) -> Pointer | None:
+    """Where in the body the key is written: a field name, a JSON pointer or a form path."""
+    if "reconciliation_key_field" not in conf:
+        return None
+    raw = c.text(
+        f"{key}.reconciliation_key_field", conf["reconciliation_key_field"], '"client_reference"'
+    )
+    if tier is Tier.BLIND:
+        raise c.fail(
+            f"{key}.reconciliation_key_field",
+            "a blind operation gets no reconciliation key; remove it",
+        )
+    if request.encoding == "none":
+        raise c.fail(
+            f"{key}.reconciliation_key_field",
+            'the request has no body (encoding = "none"); put {reconciliation_key} in its path or query',
+        )
+    key_field = Pointer.parse(raw) if raw.startswith("/") else Pointer.from_form_path(raw)
+    if key_field is None or not key_field.tokens:
+        raise c.fail(
+            f"{key}.reconciliation_key_field",
+            f'{raw!r}: write a field name ("client_reference"), a JSON pointer ("/row/id") '
+            'or a form path ("metadata[ref]")',
+        )
+    return key_field
+
+
+def _conflict_statuses(c: _Checker, key: str, conf: Mapping[str, Any]) -> tuple[int, ...]:
+    if "conflict_statuses" not in conf:
+        return ()
+    raw = conf["conflict_statuses"]
+    if (
+        not isinstance(raw, list)
+        or not raw
+        or not all(isinstance(v, int) and not isinstance(v, bool) and 400 <= v <= 599 for v in raw)
+    ):
+        raise c.fail(
+            f"{key}.conflict_statuses",
+            "must be a list of HTTP statuses 400-599, e.g. conflict_statuses = [409]",
+        )
+    return tuple(raw)
+
+
+def _reading(
+    c: _Checker, key: str, conf: Mapping[str, Any]
+) -> tuple[Pointer | None, tuple[Any, ...], tuple[Any, ...]]:
+    """Where a reply's status is read and which values prove or disprove the effect."""
+    status = c.pointer(f"{key}.status", conf["status"]) if "status" in conf else None
+    applied = c.values(f"{key}.applied", conf["applied"]) if "applied" in conf else ()
+    not_applied = (
+        c.values(f"{key}.not_applied", conf["not_applied"]) if "not_applied" in conf else ()
+    )
+    if status is not None and not applied:
+        raise c.fail(
+            f"{key}.applied",
+            'missing: status needs the values that prove the effect, e.g. applied = ["delivered"]',
+        )
+    if status is None and (applied or not_applied):
+        which = "applied" if applied else "not_applied"
+        raise c.fail(
+            f"{key}.status",
+            f'missing: {which} needs a JSON pointer to read, e.g. status = "/status"',
+        )
+    both = set(map(repr, applied)) & set(map(repr, not_applied))
+    if both:
+        raise c.fail(
+            f"{key}.not_applied", f"{min(both)} is in both applied and not_applied; keep it in one"
+        )
+    return status, applied, not_applied
+
+
+def _describe(
+    tier: Tier, query: _Query | None, status: Pointer | None, applied: tuple[Any, ...]
+) -> tuple[str, str]:
+    """What proves the effect on the reply (full only), and what verifies it later."""
+    if tier is Tier.FULL:
+        proof = (
+            f"a 2xx reply with {status.text} in {list(applied)}"
+            if status is not None
+            else "any 2xx reply except 202 (as declared)"
+        )
+    else:
+        proof = ""
+    if query is not None:
+        verifies = _describe_query(query, status, applied)
+    elif tier is Tier.FULL:
+        verifies = "the reply (no query: a lost reply needs a person)"
+    elif tier is Tier.PARTIAL:
+        verifies = "a person: the reply proves delivery only"
+    else:
+        verifies = "nothing can: a person"
+    return proof, verifies
 
 
 def _query(
