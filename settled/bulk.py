@@ -252,23 +252,30 @@ class BulkDispatch:
                         finished.append(got)
             completed = True
         finally:
-            if not completed:  # abandoned, interrupted or failed: start nothing more
-                self._stopping = True
-                for item, future in self._queued:
-                    if future.cancel():  # never started: provably never sent
-                        self._unsent(item)
-            # The requests already out still get their outcomes.
-            while self._inflight:
-                got = self._done.get()
-                self._inflight -= 1
-                if got.error is None:
-                    finished.append(got)
-            if finished:
-                for _ in self._commit(finished):
-                    pass
-            pool.shutdown(wait=True)
+            self._wind_down(pool, finished, completed=completed)
         if failure is not None:
             raise failure
+
+    def _wind_down(
+        self, pool: ThreadPoolExecutor, finished: list[_Done], *, completed: bool
+    ) -> None:
+        """However the loop ended, every request that left gets its outcome recorded;
+        if it ended early, nothing more starts and what never started is unsent."""
+        if not completed:  # abandoned, interrupted or failed: start nothing more
+            self._stopping = True
+            for item, future in self._queued:
+                if future.cancel():  # never started: provably never sent
+                    self._unsent(item)
+        # The requests already out still get their outcomes.
+        while self._inflight:
+            got = self._done.get()
+            self._inflight -= 1
+            if got.error is None:
+                finished.append(got)
+        if finished:
+            for _ in self._commit(finished):
+                pass
+        pool.shutdown(wait=True)
 
     def _record_only(self, lines: Iterable[Line]) -> Iterator[Settled]:
         """An operation that declares it needs confirmation: each line is recorded

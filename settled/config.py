@@ -150,24 +150,7 @@ def from_dict(
         raise ConfigError(
             f"{cfg.where(key)}: unknown section; expected one of {', '.join(sorted(TOP_KEYS))}"
         )
-    for section, keys in SECTION_KEYS.items():
-        sect = data.get(section, {})
-        if not isinstance(sect, dict):
-            raise ConfigError(f"{cfg.where(section)} must be a table ([{section}])")
-        for key, value in sect.items():
-            if key not in keys:
-                raise ConfigError(
-                    f"{cfg.where(section + '.' + key)}: unknown key; expected one of "
-                    f"{', '.join(sorted(keys))}"
-                )
-            dotted = f"{section}.{key}"
-            if keys[key] is str:
-                if not isinstance(value, str) or not value:
-                    raise ConfigError(f"{cfg.where(dotted)} must be a non-empty string")
-            elif keys[key] is int:
-                checks.whole_number(cfg.where(dotted), value)
-            else:
-                checks.number(cfg.where(dotted), value)
+    _check_sections(cfg, data)
     ledger = data.get("ledger", {})
     if "path" in ledger:
         lp = Path(os.path.expanduser(ledger["path"]))
@@ -194,7 +177,35 @@ def from_dict(
     cfg.daemon_interval = float(data.get("daemon", {}).get("interval", cfg.daemon_interval))
     if cfg.daemon_interval <= 0:
         raise ConfigError(f"{cfg.where('daemon.interval')} must be > 0")
-    providers = data.get("providers", {})
+    _providers(cfg, data.get("providers", {}))
+    return cfg
+
+
+def _check_sections(cfg: Config, data: dict[str, Any]) -> None:
+    """Every [section] key is known and of its declared kind."""
+    for section, keys in SECTION_KEYS.items():
+        sect = data.get(section, {})
+        if not isinstance(sect, dict):
+            raise ConfigError(f"{cfg.where(section)} must be a table ([{section}])")
+        for key, value in sect.items():
+            if key not in keys:
+                raise ConfigError(
+                    f"{cfg.where(section + '.' + key)}: unknown key; expected one of "
+                    f"{', '.join(sorted(keys))}"
+                )
+            dotted = f"{section}.{key}"
+            if keys[key] is str:
+                if not isinstance(value, str) or not value:
+                    raise ConfigError(f"{cfg.where(dotted)} must be a non-empty string")
+            elif keys[key] is int:
+                checks.whole_number(cfg.where(dotted), value)
+            else:
+                checks.number(cfg.where(dotted), value)
+
+
+def _providers(cfg: Config, providers: Any) -> None:
+    """[providers.NAME] tables; settled's own keys are taken out before the provider
+    type sees its table."""
     if not isinstance(providers, dict):
         raise ConfigError(f"{cfg.where('providers')} must be a table ([providers.NAME])")
     for name, conf in providers.items():
@@ -215,4 +226,3 @@ def from_dict(
                 )
             cfg.max_in_flight[name] = limit
         cfg.providers[name] = own
-    return cfg

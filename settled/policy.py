@@ -272,7 +272,7 @@ def settle_verdict(tries: list[Verdict]) -> Verdict:
     return last
 
 
-def outcome(
+def outcome(  # noqa: PLR0913  (keyword-only: every input a decision reads, named)
     rec: ActionRecord,
     declared: Declared,
     verdict: Verdict,

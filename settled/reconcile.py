@@ -165,7 +165,7 @@ class Reconciler:
     ``DEFAULT_QUERY_HOLD``): the rows of the batch still waiting for it are put back
     to that time, their budget unspent."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (options, all defaulted, as httpx.Client's are)
         self,
         ledger: Ledger,
         registry: Providers,

@@ -10,7 +10,7 @@ from .model import ActionRecord, Status
 from .storage import Ledger
 
 
-def resolve(
+def resolve(  # noqa: PLR0913  (keyword-only: the verdict's fields)
     ledger: Ledger,
     action_id: str,
     *,

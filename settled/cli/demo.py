@@ -73,8 +73,6 @@ def _run(db: str, *, kept: bool) -> None:
     from ..ledger import Ledger
     from ..providers import Registry
     from ..providers.sim_server import SimServer
-    from ..reconcile import Reconciler
-    from .listing import queue_columns, tsv_columns
 
     con = console()
     with SimServer(hang=1.0) as server:
@@ -102,74 +100,94 @@ def _run(db: str, *, kept: bool) -> None:
                     + status_text(status)
                     + text(f" ({rep.result})")
                 )
-            # the late-confirmation race, in miniature
-            server.plan("demo-confirm", "ok")
-            d.submit(
-                "sim", "book", {"slot": "10:00"}, action_id="demo-confirm", needs_confirmation=True
-            )
-            a = d.confirm("demo-confirm")
-            b = d.confirm("demo-confirm")
-            con.print()
-            con.print(
-                text(
-                    f"confirm demo-confirm twice: first → {a.outcome} ({a.result}), "
-                    f"second → {b.outcome} ({b.result}); provider received "
-                    f"{len(server.requests_for('demo-confirm'))} request(s)"
-                )
-            )
-
-            con.print()
-            con.print(text("reconciling until nothing is due (verification budget 2 s) …"))
-            reconciler = Reconciler(ledger, registry, actor="demo-reconciler")
-            deadline = time.monotonic() + 8
-            while time.monotonic() < deadline:
-                reconciler.run_due()
-                pending = ledger.query(statuses=["AWAITING_VERIFICATION", "IN_FLIGHT"])
-                due = [r for r in ledger.query(statuses=["DENIED_UNRESOLVED"]) if r.next_check_at]
-                if not pending and not due:
-                    break
-                time.sleep(0.2)
+            _confirm_race(d, server, con)
+            _settle(ledger, registry, con)
             con.print()
             _final_table(ledger, server)
             con.print()
-            rows = ledger.query(statuses=["DENIED_UNRESOLVED"])
-            tty = is_tty()
-            listing(
-                queue_columns(ledger.clock().now(), ["DENIED_UNRESOLVED"]) if tty else tsv_columns(),
-                rows,
-                "table" if tty else "tsv",
-                title=f"queue: DENIED_UNRESOLVED ({len(rows)})",
-            )
-            first = rows[0].action_id if rows else "demo-notify"
-            db_opt = f"--db {shlex.quote(db)} " if kept else ""
-            con.print()
-            con.print(
-                text(
-                    "Nothing above says done without an observed effect. The queue is what "
-                    "only evidence or a person can settle; for example:"
-                )
-            )
-            con.print(
-                text(f'  settled {db_opt}resolve {first} --applied --reason "seen in the inbox"'),
-                no_wrap=True,
-                overflow="ignore",
-                crop=False,
-            )
-            if not kept:
-                con.print(text("(run `settled demo --keep DIR` to keep this ledger and try it)"))
+            _queue_and_next_step(ledger, db, kept, con)
         finally:
             ledger.close()
             registry.close()
 
 
+def _confirm_race(d: Any, server: Any, con: Any) -> None:
+    """The late-confirmation race, in miniature: two confirms, one request."""
+    server.plan("demo-confirm", "ok")
+    d.submit(
+        "sim", "book", {"slot": "10:00"}, action_id="demo-confirm", needs_confirmation=True
+    )
+    a = d.confirm("demo-confirm")
+    b = d.confirm("demo-confirm")
+    con.print()
+    con.print(
+        text(
+            f"confirm demo-confirm twice: first → {a.outcome} ({a.result}), "
+            f"second → {b.outcome} ({b.result}); provider received "
+            f"{len(server.requests_for('demo-confirm'))} request(s)"
+        )
+    )
+
+
+
+def _settle(ledger: Any, registry: Any, con: Any) -> None:
+    """Reconcile until nothing is due, as the daemon would (bounded at 8 s)."""
+    from ..reconcile import Reconciler
+
+    con.print()
+    con.print(text("reconciling until nothing is due (verification budget 2 s) …"))
+    reconciler = Reconciler(ledger, registry, actor="demo-reconciler")
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline:
+        reconciler.run_due()
+        pending = ledger.query(statuses=["AWAITING_VERIFICATION", "IN_FLIGHT"])
+        due = [r for r in ledger.query(statuses=["DENIED_UNRESOLVED"]) if r.next_check_at]
+        if not pending and not due:
+            break
+        time.sleep(0.2)
+
+
+def _queue_and_next_step(ledger: Any, db: str, kept: bool, con: Any) -> None:
+    """What is left for a person, and the command that settles it."""
+    from .listing import queue_columns, tsv_columns
+
+    rows = ledger.query(statuses=["DENIED_UNRESOLVED"])
+    tty = is_tty()
+    listing(
+        queue_columns(ledger.clock().now(), ["DENIED_UNRESOLVED"]) if tty else tsv_columns(),
+        rows,
+        "table" if tty else "tsv",
+        title=f"queue: DENIED_UNRESOLVED ({len(rows)})",
+    )
+    first = rows[0].action_id if rows else "demo-notify"
+    db_opt = f"--db {shlex.quote(db)} " if kept else ""
+    con.print()
+    con.print(
+        text(
+            "Nothing above says done without an observed effect. The queue is what "
+            "only evidence or a person can settle; for example:"
+        )
+    )
+    con.print(
+        text(f'  settled {db_opt}resolve {first} --applied --reason "seen in the inbox"'),
+        no_wrap=True,
+        overflow="ignore",
+        crop=False,
+    )
+    if not kept:
+        con.print(text("(run `settled demo --keep DIR` to keep this ledger and try it)"))
+
+
 def _final_table(ledger: Any, server: Any) -> None:
+    from ..model import Status
+
     extra = ("demo-confirm", "book", "ok", "confirmed twice")
     rows = []
     for aid, _op, _fault, what in [*SCRIPT, extra]:
         r = ledger.get(aid)
         why = (
             f"effect observed by {r.confirmed_by}"
-            if r.status == "CONFIRMED"
+            if r.status is Status.CONFIRMED
             else (r.reason or next_step(r))
         )
         rows.append(

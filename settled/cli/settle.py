@@ -215,275 +215,295 @@ def _ask(n: int) -> bool:
     return click.confirm(f"Record this verdict for {n} action(s)?", default=False, err=True)
 
 
-def register(app: typer.Typer) -> None:
-    @app.command(help=RECONCILE_HELP)
-    def reconcile(
-        action_ids: list[str] = typer.Argument(
-            None,
-            metavar="[ACTION_ID]...",
-            autocompletion=complete.action_ids,
-            help="Records to check now.",
-            show_default=False,
-        ),
-        due: bool = typer.Option(False, "--due", help="One pass over everything due (cron)."),
-        limit: int = typer.Option(
-            None,
-            "--limit",
-            min=1,
-            metavar="N",
-            help="With --due: examine at most N records.",
-            show_default=False,
-        ),
-        log: str = typer.Option(
-            "text",
-            "--log",
-            metavar="text|json",
-            help="text: lines for people; json: the daemon's JSON lines on stderr.",
-        ),
-        as_json: bool = typer.Option(False, "--json", help="Print the pass report as JSON."),
-        concurrency: int = typer.Option(
-            None, "--concurrency", metavar="N", min=1, max=100, show_default=False,
-            help="With --due: queries in flight at once (default [reconcile] concurrency, "
-            "else each provider's).",
-        ),
-    ) -> None:
-        import click
+def reconcile(
+    action_ids: list[str] = typer.Argument(
+        None,
+        metavar="[ACTION_ID]...",
+        autocompletion=complete.action_ids,
+        help="Records to check now.",
+        show_default=False,
+    ),
+    due: bool = typer.Option(False, "--due", help="One pass over everything due (cron)."),
+    limit: int = typer.Option(
+        None,
+        "--limit",
+        min=1,
+        metavar="N",
+        help="With --due: examine at most N records.",
+        show_default=False,
+    ),
+    log: str = typer.Option(
+        "text",
+        "--log",
+        metavar="text|json",
+        help="text: lines for people; json: the daemon's JSON lines on stderr.",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the pass report as JSON."),
+    concurrency: int = typer.Option(
+        None, "--concurrency", metavar="N", min=1, max=100, show_default=False,
+        help="With --due: queries in flight at once (default [reconcile] concurrency, "
+        "else each provider's).",
+    ),
+) -> None:
+    import click
 
-        from .actions import check_id
+    from .actions import check_id
 
-        ids = [check_id(a) for a in action_ids or []]
-        if ids and due:
-            raise click.UsageError("give ACTION_IDs or --due, not both")
-        if not ids and not due:
-            raise click.UsageError("give ACTION_IDs to check, or --due for a pass over what is due")
-        if limit is not None and not due:
-            raise click.UsageError("--limit applies to --due only")
-        if concurrency is not None and not due:
-            raise click.UsageError("--concurrency applies to --due only")
-        if log not in ("text", "json"):
-            raise click.UsageError(f"--log {log!r}: use text or json")
-        report = _reconcile(ids, due, limit, as_json, log, concurrency)
+    ids = [check_id(a) for a in action_ids or []]
+    if ids and due:
+        raise click.UsageError("give ACTION_IDs or --due, not both")
+    if not ids and not due:
+        raise click.UsageError("give ACTION_IDs to check, or --due for a pass over what is due")
+    if limit is not None and not due:
+        raise click.UsageError("--limit applies to --due only")
+    if concurrency is not None and not due:
+        raise click.UsageError("--concurrency applies to --due only")
+    if log not in ("text", "json"):
+        raise click.UsageError(f"--log {log!r}: use text or json")
+    report = _reconcile(ids, due, limit, as_json, log, concurrency)
+    if as_json:
+        emit_json(report.to_json())
+    elif log == "text":
+        render_summary(report)
+    if len(ids) == 1:
+        raise typer.Exit(EXIT_BY_STATUS[STATE.ledger().get(ids[0]).status])
+    raise typer.Exit(0)
+
+def resolve(
+    action_ids: list[str] = typer.Argument(
+        None,
+        metavar="[ACTION_ID|-]...",
+        autocompletion=complete.action_ids,
+        help="Actions to settle; - reads ids from stdin.",
+        show_default=False,
+    ),
+    applied: bool = typer.Option(
+        None,
+        "--applied/--not-applied",
+        help="Your verdict: the effect happened, or it did not.",
+        show_default=False,
+    ),
+    reason: str = typer.Option(
+        ..., "--reason", metavar="TEXT", help="How you know (required)."
+    ),
+    evidence: str = typer.Option(
+        None, "--evidence", metavar="TEXT", help="A reference: ticket, log line, URL."
+    ),
+    object_id: str = typer.Option(
+        None,
+        "--object-id",
+        metavar="ID",
+        help="The provider's id for the effect (one action only).",
+    ),
+    by: str = typer.Option(
+        None,
+        "--by",
+        metavar="NAME",
+        help="Who attests it (default: the OS user).",
+        show_default=False,
+    ),
+    provider: str = typer.Option(
+        None,
+        "--provider",
+        metavar="NAME",
+        autocompletion=complete.providers,
+        help="Select by provider.",
+    ),
+    operation: str = typer.Option(
+        None,
+        "--operation",
+        metavar="NAME",
+        autocompletion=complete.operations,
+        help="Select by operation.",
+    ),
+    status: str = typer.Option(
+        None,
+        "--status",
+        metavar="STATUS[,STATUS…]",
+        autocompletion=complete.statuses,
+        help="Select by status (default DENIED_UNRESOLVED).",
+        show_default=False,
+    ),
+    older_than: str = typer.Option(
+        None,
+        "--older-than",
+        metavar="DURATION",
+        help="Select actions created longer ago than e.g. 1d.",
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only show what would be settled."),
+    yes: bool = typer.Option(
+        False, "--yes", "-y", help="Do not ask before settling a selection."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the record(s) as JSON."),
+) -> None:
+    import click
+
+    from ..clock import plus, to_text
+    from ..errors import UsageError
+    from ..resolve import resolve as do_resolve
+    from .common import check_filters
+    from .listing import parse_statuses
+
+    verdict = _verdict(applied, reason, by, evidence, object_id)
+    ids, from_stdin = _read_ids(action_ids or [])
+    selecting = any(v is not None for v in (provider, operation, status, older_than))
+    if not ids and not selecting and not from_stdin:
+        raise click.UsageError(
+            "give ACTION_IDs, - (ids on stdin), or selectors such as --provider"
+        )
+    ledger = STATE.ledger(create=False)
+    now = ledger.clock(anchor=False).now()  # a refused or previewed resolve writes nothing
+    verdict["now"] = now
+    single = len(ids) == 1 and not selecting and not from_stdin
+    if single and not dry_run:  # one named action: as it always was
+        rec = do_resolve(ledger, ids[0], **verdict)
         if as_json:
-            emit_json(report.to_json())
-        elif log == "text":
-            render_summary(report)
-        if len(ids) == 1:
-            raise typer.Exit(EXIT_BY_STATUS[STATE.ledger().get(ids[0]).status])
+            emit_json(rec.to_json())
+        else:
+            render_record(rec, "resolved")
         raise typer.Exit(0)
-
-    @app.command(help=RESOLVE_HELP)
-    def resolve(
-        action_ids: list[str] = typer.Argument(
-            None,
-            metavar="[ACTION_ID|-]...",
-            autocompletion=complete.action_ids,
-            help="Actions to settle; - reads ids from stdin.",
-            show_default=False,
-        ),
-        applied: bool = typer.Option(
-            None,
-            "--applied/--not-applied",
-            help="Your verdict: the effect happened, or it did not.",
-            show_default=False,
-        ),
-        reason: str = typer.Option(
-            ..., "--reason", metavar="TEXT", help="How you know (required)."
-        ),
-        evidence: str = typer.Option(
-            None, "--evidence", metavar="TEXT", help="A reference: ticket, log line, URL."
-        ),
-        object_id: str = typer.Option(
-            None,
-            "--object-id",
-            metavar="ID",
-            help="The provider's id for the effect (one action only).",
-        ),
-        by: str = typer.Option(
-            None,
-            "--by",
-            metavar="NAME",
-            help="Who attests it (default: the OS user).",
-            show_default=False,
-        ),
-        provider: str = typer.Option(
-            None,
-            "--provider",
-            metavar="NAME",
-            autocompletion=complete.providers,
-            help="Select by provider.",
-        ),
-        operation: str = typer.Option(
-            None,
-            "--operation",
-            metavar="NAME",
-            autocompletion=complete.operations,
-            help="Select by operation.",
-        ),
-        status: str = typer.Option(
-            None,
-            "--status",
-            metavar="STATUS[,STATUS…]",
-            autocompletion=complete.statuses,
-            help="Select by status (default DENIED_UNRESOLVED).",
-            show_default=False,
-        ),
-        older_than: str = typer.Option(
-            None,
-            "--older-than",
-            metavar="DURATION",
-            help="Select actions created longer ago than e.g. 1d.",
-        ),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Only show what would be settled."),
-        yes: bool = typer.Option(
-            False, "--yes", "-y", help="Do not ask before settling a selection."
-        ),
-        as_json: bool = typer.Option(False, "--json", help="Print the record(s) as JSON."),
-    ) -> None:
-        import click
-
-        from ..clock import plus, to_text
-        from ..errors import NotFound, SettledError, UsageError
-        from ..resolve import resolve as do_resolve
-        from .common import check_filters
-        from .listing import parse_statuses
-
-        if applied is None:
-            raise click.UsageError("say what happened: --applied or --not-applied")
-        if not reason.strip():
-            raise UsageError("--reason is required: say how you know")
-        actor = default_actor() if by is None else by
-        if not actor.strip():
-            raise UsageError("--by must not be empty")
-        ids, from_stdin = _read_ids(action_ids or [])
-        selecting = any(v is not None for v in (provider, operation, status, older_than))
-        if not ids and not selecting and not from_stdin:
-            raise click.UsageError(
-                "give ACTION_IDs, - (ids on stdin), or selectors such as --provider"
-            )
-        ledger = STATE.ledger(create=False)
-        now = ledger.clock(anchor=False).now()  # a refused or previewed resolve writes nothing
-        single = len(ids) == 1 and not selecting and not from_stdin
-        if single and not dry_run:  # one named action: as it always was
-            rec = do_resolve(
-                ledger,
-                ids[0],
-                applied=applied,
-                reason=reason,
-                by=actor,
-                now=now,
-                evidence=evidence,
-                object_id=object_id,
-            )
-            if as_json:
-                emit_json(rec.to_json())
-            else:
-                render_record(rec, "resolved")
-            raise typer.Exit(0)
-        if object_id is not None and not single:
-            raise UsageError("--object-id names one provider object: give exactly one ACTION_ID")
-        check_filters(ledger, provider, operation)
-        statuses = parse_statuses(status) if status else ["DENIED_UNRESOLVED"]
-        before = to_text(plus(now, -_duration(older_than))) if older_than else None
-        if ids:
-            found = {a: ledger.find(a) for a in ids}
-            wanted = (
-                {
-                    r.action_id
-                    for r in ledger.query(
-                        statuses=statuses,
-                        provider=provider,
-                        operation=operation,
-                        created_before=before,
-                    )
-                }
-                if selecting
-                else None
-            )
-            plan: list[tuple[str, Any, str]] = []
-            for a, one in found.items():
-                if one is None:
-                    plan.append((a, None, "not found"))
-                elif wanted is not None and a not in wanted:
-                    plan.append((a, one, "not selected by the filters"))
-                else:
-                    plan.append((a, one, _resolvable(one, applied, now)))
-        else:
-            rows = ledger.query(
-                statuses=statuses, provider=provider, operation=operation, created_before=before
-            )
-            plan = [(r.action_id, r, _resolvable(r, applied, now)) for r in rows]
-        todo = [p for p in plan if not p[2]]
-        if as_json and dry_run:
-            emit_json([_plan_json(p, applied, False) for p in plan])
-            raise typer.Exit(0)
-        if not as_json:
-            _preview(plan, applied, now)
-        if dry_run:
-            console(stderr=True).print(text(f"--dry-run: nothing recorded ({len(todo)} would be)"))
-            raise typer.Exit(0)
-        if todo and not yes:
-            if from_stdin or not is_tty(sys.stdin):
-                raise UsageError(
-                    f"refusing to settle {len(todo)} action(s) without --yes: there is no terminal "
-                    "to ask (review with --dry-run, then add --yes)"
-                )
-            if not _ask(len(todo)):
-                console(stderr=True).print(text("nothing recorded"))
-                raise typer.Exit(0)
-        code = 0
-        done: list[tuple[str, Any, str]] = []
-        from .progress import Progress
-
-        with Progress("resolving", len(todo), enabled=not as_json and len(todo) > 1) as bar:
-            for a, _rec, why in plan:
-                if why:
-                    code = max(code, 6 if why == "not found" else 7)
-                    done.append((a, _rec, why))
-                    continue
-                try:
-                    moved = do_resolve(
-                        ledger,
-                        a,
-                        applied=applied,
-                        reason=reason,
-                        by=actor,
-                        now=now,
-                        evidence=evidence,
-                        object_id=object_id,
-                    )
-                except NotFound as exc:
-                    code = max(code, exit_for(exc))
-                    done.append((a, None, str(exc)))
-                except SettledError as exc:  # changed meanwhile: reported with its line
-                    code = max(code, exit_for(exc))
-                    done.append((a, _rec, str(exc)))
-                else:
-                    done.append((a, moved, ""))
-                bar.advance()
+    if object_id is not None and not single:
+        raise UsageError("--object-id names one provider object: give exactly one ACTION_ID")
+    check_filters(ledger, provider, operation)
+    statuses = parse_statuses(status) if status else ["DENIED_UNRESOLVED"]
+    before = to_text(plus(now, -_duration(older_than))) if older_than else None
+    plan = _plan(ledger, ids, selecting, applied, now, statuses=statuses, provider=provider,
+                 operation=operation, before=before)  # fmt: skip
+    todo = [p for p in plan if not p[2]]
+    if as_json and dry_run:
+        emit_json([_plan_json(p, applied, False) for p in plan])
+        raise typer.Exit(0)
+    if not as_json:
+        _preview(plan, applied, now)
+    if dry_run:
+        console(stderr=True).print(text(f"--dry-run: nothing recorded ({len(todo)} would be)"))
+        raise typer.Exit(0)
+    if todo and not yes and not _confirmed(len(todo), asked=not from_stdin):
+        console(stderr=True).print(text("nothing recorded"))
+        raise typer.Exit(0)
+    code, done = _record(ledger, plan, verdict, bar=not as_json and len(todo) > 1)
+    if as_json:
+        emit_json([_plan_json(p, applied, True) for p in done])
+    else:
         recorded = sum(1 for p in done if not p[2])
-        if as_json:
-            emit_json([_plan_json(p, applied, True) for p in done])
+        console(stderr=True).print(
+            text(f"recorded {recorded} verdict(s); {len(done) - recorded} skipped")
+        )
+        for a, _r, why in done:
+            if why:
+                console(stderr=True).print(text(f"  {a}: ", why))
+    raise typer.Exit(code)
+
+
+def _verdict(
+    applied: bool | None, reason: str, by: str | None, evidence: str | None, object_id: str | None
+) -> dict[str, Any]:
+    """The verdict's own arguments, checked before the ledger is opened."""
+    import click
+
+    from ..errors import UsageError
+
+    if applied is None:
+        raise click.UsageError("say what happened: --applied or --not-applied")
+    if not reason.strip():
+        raise UsageError("--reason is required: say how you know")
+    actor = default_actor() if by is None else by
+    if not actor.strip():
+        raise UsageError("--by must not be empty")
+    return {"applied": applied, "reason": reason, "by": actor, "evidence": evidence,
+            "object_id": object_id}  # fmt: skip
+
+
+def _confirmed(n: int, *, asked: bool) -> bool:
+    """A selection is settled only after a yes on a terminal (or --yes); with ids on
+    stdin or no terminal there is nobody to ask, so it is refused, not assumed."""
+    from ..errors import UsageError
+
+    if not asked or not is_tty(sys.stdin):
+        raise UsageError(
+            f"refusing to settle {n} action(s) without --yes: there is no terminal "
+            "to ask (review with --dry-run, then add --yes)"
+        )
+    return _ask(n)
+
+def retry(
+    action_id: str = typer.Argument(
+        ..., metavar="ACTION_ID", autocompletion=complete.action_ids, help="A FAILED action."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the record as JSON."),
+) -> None:
+    from .actions import check_id, render_report
+
+    check_id(action_id)
+    d = STATE.dispatcher(actor="retry")
+    raise typer.Exit(finish(d.retry(action_id), as_json, render_report))
+
+
+def register(app: typer.Typer) -> None:
+    app.command(help=RECONCILE_HELP)(reconcile)
+    app.command(help=RESOLVE_HELP)(resolve)
+    app.command(help=RETRY_HELP)(retry)
+
+
+Plan = list[tuple[str, Any, str]]  # (action id, record or None, why it is skipped or "")
+
+
+def _plan(
+    ledger: Any,
+    ids: list[str],
+    selecting: bool,
+    applied: bool,
+    now: Any,
+    **filters: Any,
+) -> Plan:
+    """Each named or selected action with the reason it would be skipped ("" when the
+    verdict can be recorded). Named ids that the filters do not select are skipped."""
+    query = {"statuses": filters["statuses"], "provider": filters["provider"],
+             "operation": filters["operation"], "created_before": filters["before"]}  # fmt: skip
+    if not ids:
+        return [(r.action_id, r, _resolvable(r, applied, now)) for r in ledger.query(**query)]
+    wanted = {r.action_id for r in ledger.query(**query)} if selecting else None
+    plan: Plan = []
+    for a in ids:
+        one = ledger.find(a)
+        if one is None:
+            plan.append((a, None, "not found"))
+        elif wanted is not None and a not in wanted:
+            plan.append((a, one, "not selected by the filters"))
         else:
-            console(stderr=True).print(
-                text(f"recorded {recorded} verdict(s); {len(done) - recorded} skipped")
-            )
-            for a, _r, why in done:
-                if why:
-                    console(stderr=True).print(text(f"  {a}: ", why))
-        raise typer.Exit(code)
+            plan.append((a, one, _resolvable(one, applied, now)))
+    return plan
 
-    @app.command(help=RETRY_HELP)
-    def retry(
-        action_id: str = typer.Argument(
-            ..., metavar="ACTION_ID", autocompletion=complete.action_ids, help="A FAILED action."
-        ),
-        as_json: bool = typer.Option(False, "--json", help="Print the record as JSON."),
-    ) -> None:
-        from .actions import check_id, render_report
 
-        check_id(action_id)
-        d = STATE.dispatcher(actor="retry")
-        raise typer.Exit(finish(d.retry(action_id), as_json, render_report))
+def _record(ledger: Any, plan: Plan, verdict: dict[str, Any], *, bar: bool) -> tuple[int, Plan]:
+    """Record the verdict for each action the plan did not skip, one at a time (each
+    is its own checked move: an action changed meanwhile is reported, not forced).
+    Returns the exit code and each action's result."""
+    from ..errors import NotFound, SettledError
+    from ..resolve import resolve as do_resolve
+    from .progress import Progress
+
+    code = 0
+    done: Plan = []
+    todo = sum(1 for p in plan if not p[2])
+    with Progress("resolving", todo, enabled=bar) as progress:
+        for a, rec, why in plan:
+            if why:
+                code = max(code, 6 if why == "not found" else 7)
+                done.append((a, rec, why))
+                continue
+            try:
+                moved = do_resolve(ledger, a, **verdict)
+            except NotFound as exc:
+                code = max(code, exit_for(exc))
+                done.append((a, None, str(exc)))
+            except SettledError as exc:  # changed meanwhile: reported with its line
+                code = max(code, exit_for(exc))
+                done.append((a, rec, str(exc)))
+            else:
+                done.append((a, moved, ""))
+            progress.advance()
+    return code, done
 
 
 def _duration(text_: str) -> float:

@@ -251,7 +251,7 @@ def show(request: httpx.Request, redact: Redactor | None = None) -> dict[str, An
     }
 
 
-def exchange(
+def exchange(  # noqa: PLR0913  (httpx.Client.build_request's options, passed through)
     client: httpx.Client,
     method: str,
     url: str,

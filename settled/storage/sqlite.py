@@ -589,7 +589,7 @@ class SqliteLedger(Ledger):
         return row
 
     @staticmethod
-    def _event(
+    def _event(  # noqa: PLR0913  (one argument per column of the event row)
         c: sqlite3.Connection,
         action_id: str,
         at: str,
