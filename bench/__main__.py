@@ -22,12 +22,32 @@ RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 # Sizes: operations per repeat for the ledger and dispatch rows, HTTP actions, actions per
 # process, ledger sizes for the sweep, repeats, and cold starts per command.
-QUICK = {"ops": 200, "http": 200, "procs": 150, "sizes": [10_000, 100_000], "repeats": 3,
-         "startup": 9, "bulk": 400, "latencies": [0.01], "bulk_repeats": 1,
-         "lines": (1_000, 5_000), "seconds_in_turn": 1.0}
-FULL = {"ops": 1000, "http": 500, "procs": 500, "sizes": [10_000, 100_000, 1_000_000],
-        "repeats": 5, "startup": 21, "bulk": 2000, "latencies": [0.01, 0.05],
-        "bulk_repeats": 3, "lines": (10_000, 100_000), "seconds_in_turn": 2.0}
+QUICK = {
+    "ops": 200,
+    "http": 200,
+    "procs": 150,
+    "sizes": [10_000, 100_000],
+    "repeats": 3,
+    "startup": 9,
+    "bulk": 400,
+    "latencies": [0.01],
+    "bulk_repeats": 1,
+    "lines": (1_000, 5_000),
+    "seconds_in_turn": 1.0,
+}
+FULL = {
+    "ops": 1000,
+    "http": 500,
+    "procs": 500,
+    "sizes": [10_000, 100_000, 1_000_000],
+    "repeats": 5,
+    "startup": 21,
+    "bulk": 2000,
+    "latencies": [0.01, 0.05],
+    "bulk_repeats": 3,
+    "lines": (10_000, 100_000),
+    "seconds_in_turn": 2.0,
+}
 SUITES = ("ledger", "dispatch", "http", "concurrency", "sweep", "startup", "bulk", "postgres")
 
 
@@ -55,8 +75,12 @@ def run(cfg: dict, only: set[str], batch: int) -> tuple[list[Row], str]:
             ("dispatch", lambda: ledger_ops.pipeline(tmp, cfg["ops"], cfg["repeats"])),
             ("http", lambda: http_e2e.dispatch_http(tmp, cfg["http"], cfg["repeats"])),
             ("concurrency", lambda: procs.multi_process(tmp, cfg["procs"], cfg["repeats"])),
-            ("sweep", lambda: sweep.sweeps(tmp, cfg["sizes"], max(1, cfg["repeats"] // 2),
-                                           batch, cfg is QUICK)),
+            (
+                "sweep",
+                lambda: sweep.sweeps(
+                    tmp, cfg["sizes"], max(1, cfg["repeats"] // 2), batch, cfg is QUICK
+                ),
+            ),
             ("startup", lambda: startup.cold_start(tmp, cfg["startup"])),
             ("bulk", lambda: _bulk(tmp, cfg)),
             ("postgres", lambda: postgres.run(tmp, cfg, batch)),
@@ -73,16 +97,32 @@ def run(cfg: dict, only: set[str], batch: int) -> tuple[list[Row], str]:
 
 def _cells(row: Row) -> list[str]:
     rs = sorted(row.ratios)
-    spread = (
-        " / ".join(row.ratio_text(v) for v in (rs[0], median(rs), rs[-1])) if rs else "-"
-    )
+    spread = " / ".join(row.ratio_text(v) for v in (rs[0], median(rs), rs[-1])) if rs else "-"
     met = {True: "yes", False: "NO", None: ""}[row.met]
-    return [row.what, fmt(row.settled_figure, row.unit), fmt(row.baseline_figure, row.unit),
-            row.baseline_name, row.ratio_text(), spread, row.target_text(), met, row.note]
+    return [
+        row.what,
+        fmt(row.settled_figure, row.unit),
+        fmt(row.baseline_figure, row.unit),
+        row.baseline_name,
+        row.ratio_text(),
+        spread,
+        row.target_text(),
+        met,
+        row.note,
+    ]
 
 
-HEAD = ["what", "settled", "baseline", "baseline is", "ratio", "min / med / max",
-        "target", "met", "note"]
+HEAD = [
+    "what",
+    "settled",
+    "baseline",
+    "baseline is",
+    "ratio",
+    "min / med / max",
+    "target",
+    "met",
+    "note",
+]
 
 
 def text_table(rows: list[Row]) -> str:
@@ -129,8 +169,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="under a minute, smaller sizes")
     parser.add_argument("--write", action="store_true", help="write bench/RESULTS.md (quick)")
-    parser.add_argument("--only", action="append", choices=SUITES, default=[],
-                        help="run only this suite (repeatable)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=SUITES,
+        default=[],
+        help="run only this suite (repeatable)",
+    )
     parser.add_argument("--batch", type=int, default=200, help="reconciliation batch size")
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else FULL

@@ -32,8 +32,18 @@ def main() -> int:
                 break
         dt = time.perf_counter() - t
         t1 = time.time()
-    print(json.dumps({"rss_before": before, "rss_peak": rss_mb_self(), "settled": settled,
-                      "seconds": dt, "t0": t0, "t1": t1}))
+    print(
+        json.dumps(
+            {
+                "rss_before": before,
+                "rss_peak": rss_mb_self(),
+                "settled": settled,
+                "seconds": dt,
+                "t0": t0,
+                "t1": t1,
+            }
+        )
+    )
     return 0
 
 

@@ -39,8 +39,9 @@ def main() -> int:
             done += 1
     t1 = time.time()
     led.close()
-    print(json.dumps({"done": done, "errors": errors, "kinds": kinds, "t0": t0, "t1": t1}),
-          flush=True)
+    print(
+        json.dumps({"done": done, "errors": errors, "kinds": kinds, "t0": t0, "t1": t1}), flush=True
+    )
     return 0
 
 

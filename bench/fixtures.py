@@ -35,12 +35,18 @@ class NullProvider(BaseProvider):
 
     def __init__(self, latency: float = 0.0) -> None:
         self.latency = latency  # s each query takes, as a real provider's would
-        common: dict[str, Any] = {"consistency_window": 0.0, "attempts": 1, "timeout": 5.0,
-                                  "verify_interval": 1.0, "verify_deadline": 1e9}
+        common: dict[str, Any] = {
+            "consistency_window": 0.0,
+            "attempts": 1,
+            "timeout": 5.0,
+            "verify_interval": 1.0,
+            "verify_deadline": 1e9,
+        }
         self._ops = {
             "do": OperationSpec("do", Tier.FULL, **common),
-            "send": OperationSpec("send", Tier.RECONCILABLE, queryable=True, carries_key=True,
-                                  **common),
+            "send": OperationSpec(
+                "send", Tier.RECONCILABLE, queryable=True, carries_key=True, **common
+            ),
         }
 
     def operations(self) -> Mapping[str, OperationSpec]:
@@ -107,8 +113,9 @@ def confirmed_row(aid: str) -> tuple[Any, ...]:
             "reconciliation", T0, T0, None, None, None, T0, FAR, 1, None)  # fmt: skip
 
 
-def event_row(aid: str, kind: str = "recorded", frm: str | None = None,
-              to: str = "PENDING") -> tuple[Any, ...]:
+def event_row(
+    aid: str, kind: str = "recorded", frm: str | None = None, to: str = "PENDING"
+) -> tuple[Any, ...]:
     return (aid, T0, "bench", kind, frm, to, 1, '{"tier": "reconcilable"}')
 
 

@@ -22,9 +22,17 @@ from .ledger_ops import interleave_many, raw_conn, raw_outcome, raw_record_claim
 def sim_process(latency: float = 0.0) -> Iterator[str]:
     """The sim server in its own process; ``latency`` s before each /v1/ reply."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "settled.providers.sim_server", "--port", "0",
-         "--latency", str(latency)],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "settled.providers.sim_server",
+            "--port",
+            "0",
+            "--latency",
+            str(latency),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert proc.stdout is not None
@@ -59,17 +67,22 @@ def dispatch_http(tmp: str, n: int, repeats: int) -> list[Row]:
             remove_db(rpath)
             new_ledger(rpath)
             conn = raw_conn(rpath)
-            reg = Registry({"sim": {"type": "sim", "base_url": url, "timeout": 5.0}},
-                           source="bench")
+            reg = Registry(
+                {"sim": {"type": "sim", "base_url": url, "timeout": 5.0}}, source="bench"
+            )
             led = Ledger.open(path)
             d = Dispatcher(led, reg, actor="bench")
 
             def post(aid: str, i: int) -> None:
                 resp = client.post(
                     f"{url}/v1/book",
-                    json={"action_id": aid, "reconciliation_key": "stl-" + aid,
-                          "params": {"to": "customer@example.com", "n": i}},
-                    headers={"Idempotency-Key": aid + ":1"}, timeout=5.0,
+                    json={
+                        "action_id": aid,
+                        "reconciliation_key": "stl-" + aid,
+                        "params": {"to": "customer@example.com", "n": i},
+                    },
+                    headers={"Idempotency-Key": aid + ":1"},
+                    timeout=5.0,
                 )
                 assert resp.status_code == 201 and resp.json()["status"] == "booked"
 
@@ -83,8 +96,9 @@ def dispatch_http(tmp: str, n: int, repeats: int) -> list[Row]:
                 raw_outcome(conn, aid)
 
             def settled_op(i: int, r: int = r, d: Dispatcher = d) -> None:
-                rep = d.submit("sim", "book", {"to": "customer@example.com", "n": i},
-                               action_id=f"s{r}-{i}")
+                rep = d.submit(
+                    "sim", "book", {"to": "customer@example.com", "n": i}, action_id=f"s{r}-{i}"
+                )
                 assert rep.record is not None and rep.record.status == "CONFIRMED", rep
 
             try:
@@ -92,8 +106,9 @@ def dispatch_http(tmp: str, n: int, repeats: int) -> list[Row]:
                 settled_op(-1)
                 order = ["base", "floor", "settled"]
                 rates = interleave_many(
-                    n, {"base": base_op, "floor": floor_op, "settled": settled_op},
-                    order[r % 3:] + order[: r % 3],
+                    n,
+                    {"base": base_op, "floor": floor_op, "settled": settled_op},
+                    order[r % 3 :] + order[: r % 3],
                 )
             finally:
                 led.close()
@@ -105,14 +120,33 @@ def dispatch_http(tmp: str, n: int, repeats: int) -> list[Row]:
     remove_db(path)
     remove_db(rpath)
     return [
-        Row("http", "dispatch to the sim over HTTP (Dispatcher.submit)", "actions/s", sett,
-            base, "raw httpx keep-alive POST loop, same server",
+        Row(
+            "http",
+            "dispatch to the sim over HTTP (Dispatcher.submit)",
+            "actions/s",
+            sett,
+            base,
+            "raw httpx keep-alive POST loop, same server",
             note="each action also pays 2 fsynced commits (record + claim, outcome): a "
-                 "reference, not a target (see the ceiling row)"),
-        Row("http", "same, against raw sqlite3 + raw httpx doing the same work", "actions/s",
-            sett, floor, "2 raw durable txns + 1 raw POST per action", target=0.85,
-            note="settled's own overhead on top of durability and the wire"),
-        Row("http", "ceiling: raw 2 durable txns + POST vs POST alone", "actions/s", floor,
-            base, "raw httpx keep-alive POST loop, same server",
-            note="the best any ledger with 2 fsynced commits per action can do here"),
+            "reference, not a target (see the ceiling row)",
+        ),
+        Row(
+            "http",
+            "same, against raw sqlite3 + raw httpx doing the same work",
+            "actions/s",
+            sett,
+            floor,
+            "2 raw durable txns + 1 raw POST per action",
+            target=0.85,
+            note="settled's own overhead on top of durability and the wire",
+        ),
+        Row(
+            "http",
+            "ceiling: raw 2 durable txns + POST vs POST alone",
+            "actions/s",
+            floor,
+            base,
+            "raw httpx keep-alive POST loop, same server",
+            note="the best any ledger with 2 fsynced commits per action can do here",
+        ),
     ]

@@ -42,6 +42,7 @@ def _fresh(path: str, n: int, prefix: str, op: str = "do") -> list[str]:
 
 # -- raw baselines: the same statements settled issues, nothing else --------------------
 
+
 def raw_claim(conn: sqlite3.Connection, aid: str, begin: bool = True) -> None:
     if begin:
         conn.execute("BEGIN IMMEDIATE")
@@ -49,12 +50,34 @@ def raw_claim(conn: sqlite3.Connection, aid: str, begin: bool = True) -> None:
         "UPDATE actions SET delivery = ?, dispatch_id = ?, lease_owner = ?, lease_expires_at = ?,"
         " next_check_at = ?, dispatched_at = ?, eligible_at = ?, snapshot = ?, status = ?,"
         " updated_at = ? WHERE action_id = ? AND status = ?",
-        ("IN_FLIGHT", "d-" + aid, "d-" + aid, LEASE, LEASE, T0, T0, None, "IN_FLIGHT", T0,
-         aid, "PENDING"),
+        (
+            "IN_FLIGHT",
+            "d-" + aid,
+            "d-" + aid,
+            LEASE,
+            LEASE,
+            T0,
+            T0,
+            None,
+            "IN_FLIGHT",
+            T0,
+            aid,
+            "PENDING",
+        ),
     )
-    conn.execute(INSERT_EVENT, (aid, T0, "bench", "claimed", "PENDING", "IN_FLIGHT", 1,
-                                json.dumps({"lease_expires_at": LEASE,
-                                            "idempotency_key": aid + ":1"})))
+    conn.execute(
+        INSERT_EVENT,
+        (
+            aid,
+            T0,
+            "bench",
+            "claimed",
+            "PENDING",
+            "IN_FLIGHT",
+            1,
+            json.dumps({"lease_expires_at": LEASE, "idempotency_key": aid + ":1"}),
+        ),
+    )
     if begin:
         conn.execute("COMMIT")
 
@@ -66,13 +89,39 @@ def raw_outcome(conn: sqlite3.Connection, aid: str) -> None:
         " confirmed_at = ?, confirmed_by = ?, next_check_at = ?, reason = ?, lease_owner = ?,"
         " lease_expires_at = ?, status = ?, updated_at = ? WHERE action_id = ? AND status = ?"
         " AND lease_owner = ?",
-        ("obj-1", "DELIVERED", "ACCEPTED", T0, "provider", None, None, None, None, "CONFIRMED",
-         T0, aid, "IN_FLIGHT", "d-" + aid),
+        (
+            "obj-1",
+            "DELIVERED",
+            "ACCEPTED",
+            T0,
+            "provider",
+            None,
+            None,
+            None,
+            None,
+            "CONFIRMED",
+            T0,
+            aid,
+            "IN_FLIGHT",
+            "d-" + aid,
+        ),
     )
-    detail = {"verdict": "proven", "tries": [{"try": 1, "wire": "answered", "status_code": 201,
-              "verdict": "proven", "detail": "HTTP 201"}], "reason": "proves the effect"}
-    conn.execute(INSERT_EVENT, (aid, T0, "bench", "outcome", "IN_FLIGHT", "CONFIRMED", 1,
-                                json.dumps(detail)))
+    detail = {
+        "verdict": "proven",
+        "tries": [
+            {
+                "try": 1,
+                "wire": "answered",
+                "status_code": 201,
+                "verdict": "proven",
+                "detail": "HTTP 201",
+            }
+        ],
+        "reason": "proves the effect",
+    }
+    conn.execute(
+        INSERT_EVENT, (aid, T0, "bench", "outcome", "IN_FLIGHT", "CONFIRMED", 1, json.dumps(detail))
+    )
     conn.execute("COMMIT")
 
 
@@ -97,8 +146,12 @@ def raw_record_claim(conn: sqlite3.Connection, aid: str) -> None:
 CHUNK = 50
 
 
-def interleave(n: int, base_op: Callable[[int], object], settled_op: Callable[[int], object],
-               first: str = "base") -> tuple[float, float]:
+def interleave(
+    n: int,
+    base_op: Callable[[int], object],
+    settled_op: Callable[[int], object],
+    first: str = "base",
+) -> tuple[float, float]:
     """Run ``n`` operations on each side in alternating chunks, so that the machine's
     neighbours slow both sides alike. Returns (settled ops/s, baseline ops/s)."""
     order = ["base", "settled"] if first == "base" else ["settled", "base"]
@@ -106,8 +159,9 @@ def interleave(n: int, base_op: Callable[[int], object], settled_op: Callable[[i
     return rates["settled"], rates["base"]
 
 
-def interleave_many(n: int, ops: dict[str, Callable[[int], object]],
-                    order: list[str] | None = None) -> dict[str, float]:
+def interleave_many(
+    n: int, ops: dict[str, Callable[[int], object]], order: list[str] | None = None
+) -> dict[str, float]:
     """Like ``interleave``, for any number of sides: ops/s per side."""
     order = order or list(ops)
     spent = dict.fromkeys(ops, 0.0)
@@ -122,7 +176,9 @@ def interleave_many(n: int, ops: dict[str, Callable[[int], object]],
     return {name: n / spent[name] for name in ops}
 
 
-def _repeat(repeats: int, one: Callable[[int], tuple[float, float]]) -> tuple[list[float], list[float]]:
+def _repeat(
+    repeats: int, one: Callable[[int], tuple[float, float]]
+) -> tuple[list[float], list[float]]:
     sett, base = [], []
     for r in range(repeats):
         s, b = one(r)
@@ -155,13 +211,28 @@ def claim_event(tmp: str, n: int, repeats: int) -> list[Row]:
             aid = sids[i]
             if utils:
                 with db.atomic():
-                    db["actions"].update(aid, {"status": "IN_FLIGHT", "delivery": "IN_FLIGHT",
-                                               "lease_owner": "d-" + aid,
-                                               "lease_expires_at": LEASE, "updated_at": T0})
-                    db["events"].insert({"action_id": aid, "at": T0, "actor": "bench",
-                                         "kind": "claimed", "from_status": "PENDING",
-                                         "to_status": "IN_FLIGHT", "attempt": 1,
-                                         "detail": "{}"})
+                    db["actions"].update(
+                        aid,
+                        {
+                            "status": "IN_FLIGHT",
+                            "delivery": "IN_FLIGHT",
+                            "lease_owner": "d-" + aid,
+                            "lease_expires_at": LEASE,
+                            "updated_at": T0,
+                        },
+                    )
+                    db["events"].insert(
+                        {
+                            "action_id": aid,
+                            "at": T0,
+                            "actor": "bench",
+                            "kind": "claimed",
+                            "from_status": "PENDING",
+                            "to_status": "IN_FLIGHT",
+                            "attempt": 1,
+                            "detail": "{}",
+                        }
+                    )
                 return
             at = to_text(utcnow())
             led.move(Move(
@@ -174,8 +245,12 @@ def claim_event(tmp: str, n: int, repeats: int) -> list[Row]:
             ))  # fmt: skip
 
         try:
-            return interleave(n, lambda i: raw_claim(conn, bids[i]), settled_op,
-                              "base" if r % 2 == 0 else "settled")
+            return interleave(
+                n,
+                lambda i: raw_claim(conn, bids[i]),
+                settled_op,
+                "base" if r % 2 == 0 else "settled",
+            )
         finally:
             conn.close()
             led.close()
@@ -189,9 +264,12 @@ def claim_event(tmp: str, n: int, repeats: int) -> list[Row]:
         nids = _fresh(spath, n, f"n{r}-")
         full, normal = raw_conn(bpath, "FULL"), raw_conn(spath, "NORMAL")
         try:
-            return interleave(n, lambda i: raw_claim(normal, nids[i]),
-                              lambda i: raw_claim(full, fids[i]),
-                              "base" if r % 2 == 0 else "settled")
+            return interleave(
+                n,
+                lambda i: raw_claim(normal, nids[i]),
+                lambda i: raw_claim(full, fids[i]),
+                "base" if r % 2 == 0 else "settled",
+            )
         finally:
             full.close()
             normal.close()
@@ -202,15 +280,34 @@ def claim_event(tmp: str, n: int, repeats: int) -> list[Row]:
     remove_db(bpath)
     remove_db(spath)
     return [
-        Row("ledger", "claim + event, committed (Ledger.move)", "txn/s", sett_v, base_v,
-            "raw sqlite3, same SQL", note="the durable floor everything else is measured against"),
-        Row("ledger", "same through sqlite-utils update + insert (not used)", "txn/s", util_v,
-            base2, "raw sqlite3, same SQL",
-            note="why the hot path is raw SQL (sqlite-utils only creates and migrates)"),
-        Row("ledger", "durability chosen vs not chosen: raw claim + event, synchronous=FULL",
-            "txn/s", full_v, normal_v, "the same, synchronous=NORMAL (WAL both)",
+        Row(
+            "ledger",
+            "claim + event, committed (Ledger.move)",
+            "txn/s",
+            sett_v,
+            base_v,
+            "raw sqlite3, same SQL",
+            note="the durable floor everything else is measured against",
+        ),
+        Row(
+            "ledger",
+            "same through sqlite-utils update + insert (not used)",
+            "txn/s",
+            util_v,
+            base2,
+            "raw sqlite3, same SQL",
+            note="why the hot path is raw SQL (sqlite-utils only creates and migrates)",
+        ),
+        Row(
+            "ledger",
+            "durability chosen vs not chosen: raw claim + event, synchronous=FULL",
+            "txn/s",
+            full_v,
+            normal_v,
+            "the same, synchronous=NORMAL (WAL both)",
             note="what the ledger's durability costs; NORMAL can lose the last commits"
-                 " on power loss"),
+            " on power loss",
+        ),
     ]
 
 
@@ -258,8 +355,9 @@ def pipeline(tmp: str, n: int, repeats: int) -> list[Row]:
             raw_outcome(conn, aid)
 
         def settled_op(i: int) -> None:
-            rep = d.submit("null", "do", {"to": "customer@example.com", "n": i},
-                           action_id=f"s{r}-{i}")
+            rep = d.submit(
+                "null", "do", {"to": "customer@example.com", "n": i}, action_id=f"s{r}-{i}"
+            )
             assert rep.record is not None and rep.record.status == "CONFIRMED", rep
 
         try:
@@ -273,12 +371,34 @@ def pipeline(tmp: str, n: int, repeats: int) -> list[Row]:
     remove_db(bpath)
     remove_db(spath)
     return [
-        Row("dispatch", "claim → null provider → outcome (Dispatcher.confirm)", "actions/s",
-            c_s, c_b, "raw sqlite3: the same 2 durable txns", target=0.66),
-        Row("dispatch", "record + claim → null provider → outcome (Dispatcher.submit)",
-            "actions/s", s_s, s_b, "raw sqlite3: the same 2 durable txns", target=0.66),
+        Row(
+            "dispatch",
+            "claim → null provider → outcome (Dispatcher.confirm)",
+            "actions/s",
+            c_s,
+            c_b,
+            "raw sqlite3: the same 2 durable txns",
+            target=0.66,
+        ),
+        Row(
+            "dispatch",
+            "record + claim → null provider → outcome (Dispatcher.submit)",
+            "actions/s",
+            s_s,
+            s_b,
+            "raw sqlite3: the same 2 durable txns",
+            target=0.66,
+        ),
     ]
 
 
-__all__ = ["claim_event", "interleave", "interleave_many", "pipeline", "raw_claim", "raw_outcome", "raw_record",
-           "raw_record_claim"]
+__all__ = [
+    "claim_event",
+    "interleave",
+    "interleave_many",
+    "pipeline",
+    "raw_claim",
+    "raw_outcome",
+    "raw_record",
+    "raw_record_claim",
+]

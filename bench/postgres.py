@@ -271,12 +271,24 @@ def claim_outcome(n: int, repeats: int, tmp: str) -> list[Row]:
         pg_v.append(p)
         lite_v.append(q)
     return [
-        Row("postgres", "claim → null provider → outcome (Dispatcher.confirm), PostgreSQL",
-            "actions/s", settled_v, raw_v, "raw psycopg: the same 2 durable txns, same SQL",
-            target=0.7),
-        Row("postgres", "same, PostgreSQL ledger vs SQLite ledger (one process)", "actions/s",
-            pg_v, lite_v, "Dispatcher.confirm on SQLite (WAL, synchronous=FULL)",
-            note="one process: SQLite's in-process commit beats a round trip to a server"),
+        Row(
+            "postgres",
+            "claim → null provider → outcome (Dispatcher.confirm), PostgreSQL",
+            "actions/s",
+            settled_v,
+            raw_v,
+            "raw psycopg: the same 2 durable txns, same SQL",
+            target=0.7,
+        ),
+        Row(
+            "postgres",
+            "same, PostgreSQL ledger vs SQLite ledger (one process)",
+            "actions/s",
+            pg_v,
+            lite_v,
+            "Dispatcher.confirm on SQLite (WAL, synchronous=FULL)",
+            note="one process: SQLite's in-process commit beats a round trip to a server",
+        ),
     ]
 
 
@@ -370,7 +382,8 @@ def sweep_scaling(due: int, batch: int, repeats: int, tmp: str) -> list[Row]:
             rates.setdefault(("sqlite", 1), []).append(_sweepers(lite, 1, batch))
             sqlite_sweep.reset(slow_lite)
             rates.setdefault(("slow-sqlite", 4), []).append(
-                _sweepers(slow_lite, 4, batch, latency=QUERY_LATENCY))
+                _sweepers(slow_lite, 4, batch, latency=QUERY_LATENCY)
+            )
     remove_db(lite)
     remove_db(slow_lite)
     one, raw_one = rates[("settled", 1)], rates[("raw", 1)]

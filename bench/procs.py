@@ -24,7 +24,11 @@ def _run(path: str, workers: int, per_worker: int, tag: str,
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", module, path, f"{tag}w{k}", str(per_worker)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
         )
         for k in range(workers)
     ]
@@ -62,7 +66,7 @@ def multi_process(tmp: str, per_worker: int, repeats: int, workers: int = 4) -> 
     errors = 0
     kinds: dict[str, int] = {}
     for r in range(repeats):
-        for mode in (("single", "multi") if r % 2 == 0 else ("multi", "single")):
+        for mode in ("single", "multi") if r % 2 == 0 else ("multi", "single"):
             remove_db(path)
             new_ledger(path)
             if mode == "single":
@@ -77,7 +81,14 @@ def multi_process(tmp: str, per_worker: int, repeats: int, workers: int = 4) -> 
     remove_db(path)
     surfaced = f"{errors} errors surfaced" + (f" ({kinds})" if kinds else "")
     return [
-        Row("concurrency", f"{workers} processes dispatching distinct actions, one ledger",
-            "actions/s", multi, single, "1 process dispatching as many", target=1.0,
-            note=surfaced + " (target: 0 SQLITE_BUSY reaching a caller)"),
+        Row(
+            "concurrency",
+            f"{workers} processes dispatching distinct actions, one ledger",
+            "actions/s",
+            multi,
+            single,
+            "1 process dispatching as many",
+            target=1.0,
+            note=surfaced + " (target: 0 SQLITE_BUSY reaching a caller)",
+        ),
     ]

@@ -15,7 +15,7 @@ import time
 
 from .common import Row
 
-MINIMAL_TYPER_APP = '''\
+MINIMAL_TYPER_APP = """\
 import json
 
 import typer
@@ -29,7 +29,7 @@ def show(action_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
 
 
 app()
-'''
+"""
 
 # What `settled show ID --json` must not load (heavy imports happen inside commands).
 HEAVY = ("httpx", "apscheduler", "sqlite_utils", "rich.table", "rich", "pydantic", "click")
@@ -61,8 +61,14 @@ def loaded_by_show(env: dict[str, str], action_id: str) -> list[str]:
         "from settled.cli import main\n"
         "main()\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         timeout=60, check=False).stderr
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    ).stderr
     for line in out.splitlines():
         if line.startswith("LOADED"):
             return line.split()[1:]
@@ -77,15 +83,22 @@ def cold_start(tmp: str, repeats: int) -> list[Row]:
 
     db = os.path.join(tmp, "cli.db")
     with Ledger.open(db) as led:
-        Dispatcher(led, null_registry(), actor="bench").submit("null", "do", {"n": 1},
-                                                               action_id="bench-1")
+        Dispatcher(led, null_registry(), actor="bench").submit(
+            "null", "do", {"n": 1}, action_id="bench-1"
+        )
     app = os.path.join(tmp, "minimal_app.py")
     with open(app, "w", encoding="utf-8") as fh:
         fh.write(MINIMAL_TYPER_APP)
     env = dict(os.environ, SETTLED_DB=db, SETTLED_CONFIG="", NO_COLOR="1")
 
-    check = subprocess.run([sys.executable, "-m", "settled", "show", "bench-1", "--json"],
-                           capture_output=True, text=True, env=env, timeout=60, check=False)
+    check = subprocess.run(
+        [sys.executable, "-m", "settled", "show", "bench-1", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
     if check.returncode != 0 or json.loads(check.stdout)["action_id"] != "bench-1":
         raise RuntimeError(f"settled show failed: {check.stderr.strip()}")
 
@@ -117,14 +130,37 @@ def cold_start(tmp: str, repeats: int) -> list[Row]:
 
     loaded = loaded_by_show(env, "bench-1")
     rows = [
-        Row("startup", "cold start: settled show ID --json", "ms", times["settled"],
-            times["typer"], "minimal Typer app, one command", higher_is_better=False,
-            target=1.1, note="loads: " + (", ".join(loaded) or "none of " + "/".join(HEAVY))),
-        Row("startup", "import settled.cli", "ms", times["import"], times["pass"],
-            "python -c pass", higher_is_better=False),
+        Row(
+            "startup",
+            "cold start: settled show ID --json",
+            "ms",
+            times["settled"],
+            times["typer"],
+            "minimal Typer app, one command",
+            higher_is_better=False,
+            target=1.1,
+            note="loads: " + (", ".join(loaded) or "none of " + "/".join(HEAVY)),
+        ),
+        Row(
+            "startup",
+            "import settled.cli",
+            "ms",
+            times["import"],
+            times["pass"],
+            "python -c pass",
+            higher_is_better=False,
+        ),
     ]
     if sqlite_cli:
-        rows.append(Row("startup", "sqlite3 command-line shell, same row", "ms",
-                        times["sqlite3"], times["pass"], "python -c pass",
-                        higher_is_better=False))
+        rows.append(
+            Row(
+                "startup",
+                "sqlite3 command-line shell, same row",
+                "ms",
+                times["sqlite3"],
+                times["pass"],
+                "python -c pass",
+                higher_is_better=False,
+            )
+        )
     return rows

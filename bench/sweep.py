@@ -106,8 +106,19 @@ def raw_batch(conn: sqlite3.Connection, batch: int, lease: bool = False) -> int:
             " updated_at = ? WHERE action_id = ? AND status = ?" + guard,
             (checks + 1, T0, T0, aid, status),
         )
-        conn.execute(INSERT_EVENT, (aid, T0, "raw", "reconciled", status, "CONFIRMED", 1,
-                                    json.dumps({"seen": "applied", "check": 1})))
+        conn.execute(
+            INSERT_EVENT,
+            (
+                aid,
+                T0,
+                "raw",
+                "reconciled",
+                status,
+                "CONFIRMED",
+                1,
+                json.dumps({"seen": "applied", "check": 1}),
+            ),
+        )
     conn.execute("COMMIT")
     return len(rows)
 
@@ -115,8 +126,9 @@ def raw_batch(conn: sqlite3.Connection, batch: int, lease: bool = False) -> int:
 SIDES = ("raw", "leased", "settled")
 
 
-def interleaved_sweep(paths: dict[str, str], batch: int, rotate: int
-                      ) -> tuple[dict[str, float], list[float]]:
+def interleaved_sweep(
+    paths: dict[str, str], batch: int, rotate: int
+) -> tuple[dict[str, float], list[float]]:
     """Sweep copies of one ledger batch by batch, taking turns, so that every side
     sees the same machine. Returns rows/s per side and settled's seconds per batch."""
     from settled.ledger import Ledger
@@ -132,7 +144,7 @@ def interleaved_sweep(paths: dict[str, str], batch: int, rotate: int
         "leased": lambda: raw_batch(leased, batch, lease=True),
         "settled": lambda: len(reconciler.run_due(limit=batch).changes),
     }
-    order = list(SIDES[rotate % 3:] + SIDES[: rotate % 3])
+    order = list(SIDES[rotate % 3 :] + SIDES[: rotate % 3])
     spent = dict.fromkeys(SIDES, 0.0)
     rows = dict.fromkeys(SIDES, 0)
     per_batch: list[float] = []
@@ -165,7 +177,12 @@ def peak_rss(path: str, batch: int) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run(
         [sys.executable, "-m", "bench._sweeper", path, str(batch)],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=900, check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=900,
+        check=True,
     ).stdout
     return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
@@ -203,34 +220,59 @@ def sweeps(tmp: str, sizes: list[int], repeats: int, batch: int, quick: bool) ->
     rows: list[Row] = []
     label = "quick sizes" if quick else "full sizes"
     for size, (rates, due) in per_size.items():
-        rows.append(Row(
-            "sweep", f"settle {due:,} due rows in a {size:,}-row ledger (batch {batch})",
-            "rows/s", rates["settled"], rates["raw"], f"raw sqlite3 indexed batches of {batch}",
-            note="reference: raw takes no lease" if size == max(sizes) else "",
-        ))
+        rows.append(
+            Row(
+                "sweep",
+                f"settle {due:,} due rows in a {size:,}-row ledger (batch {batch})",
+                "rows/s",
+                rates["settled"],
+                rates["raw"],
+                f"raw sqlite3 indexed batches of {batch}",
+                note="reference: raw takes no lease" if size == max(sizes) else "",
+            )
+        )
     big_rates = per_size[max(sizes)][0]
-    rows.append(Row(
-        "sweep", f"same at {max(sizes):,} rows, against raw batches that also take a lease",
-        "rows/s", big_rates["settled"], big_rates["leased"],
-        "raw: lease txn, then settle txn, per batch", target=0.6,
-        note="the fair floor: the lease lets several reconcilers share a ledger without holding the lock "
-             "across provider queries",
-    ))
+    rows.append(
+        Row(
+            "sweep",
+            f"same at {max(sizes):,} rows, against raw batches that also take a lease",
+            "rows/s",
+            big_rates["settled"],
+            big_rates["leased"],
+            "raw: lease txn, then settle txn, per batch",
+            target=0.6,
+            note="the fair floor: the lease lets several reconcilers share a ledger without holding the lock "
+            "across provider queries",
+        )
+    )
     small, big = min(sizes), max(sizes)
-    rows.append(Row(
-        "sweep", f"time per batch: {big:,} rows vs {small:,} rows ({label})", "ms",
-        [batch_s[big] * 1000], [batch_s[small] * 1000], f"the same at {small:,} rows",
-        higher_is_better=False, target=1.5,
-        note="median over all batches of all repeats",
-    ))
+    rows.append(
+        Row(
+            "sweep",
+            f"time per batch: {big:,} rows vs {small:,} rows ({label})",
+            "ms",
+            [batch_s[big] * 1000],
+            [batch_s[small] * 1000],
+            f"the same at {small:,} rows",
+            higher_is_better=False,
+            target=1.5,
+            note="median over all batches of all repeats",
+        )
+    )
     peak = {s: rss[s]["rss_peak"] for s in (small, big)}
-    rows.append(Row(
-        "memory", f"peak RSS of a daemon-style sweep: {big:,} rows vs {small:,} ({label})",
-        "MB", [peak[big]], [peak[small]], f"the same at {small:,} rows",
-        higher_is_better=False, target=20.0, delta=True,
-        note=f"settled {rss[big]['settled']:,} rows in {rss[big]['seconds']:.1f} s; "
-             f"RSS after imports, before opening the ledger: {rss[big]['rss_before']:.0f} MB",
-    ))
+    rows.append(
+        Row(
+            "memory",
+            f"peak RSS of a daemon-style sweep: {big:,} rows vs {small:,} ({label})",
+            "MB",
+            [peak[big]],
+            [peak[small]],
+            f"the same at {small:,} rows",
+            higher_is_better=False,
+            target=20.0,
+            delta=True,
+            note=f"settled {rss[big]['settled']:,} rows in {rss[big]['seconds']:.1f} s; "
+            f"RSS after imports, before opening the ledger: {rss[big]['rss_before']:.0f} MB",
+        )
+    )
     return rows
-
-

@@ -122,9 +122,7 @@ def _ledger_url(cfg: Config, ledger: dict[str, Any]) -> str:
         )
     raw = ledger["url"]
     if not raw.startswith(("postgresql://", "postgres://")):
-        raise ConfigError(
-            f"{where} must be a postgresql:// URL (a SQLite ledger is [ledger] path)"
-        )
+        raise ConfigError(f"{where} must be a postgresql:// URL (a SQLite ledger is [ledger] path)")
     if "${" in _ENV.sub("", raw):
         raise ConfigError(f"{where} has a malformed ${{...}}; write ${{NAME}}")
 

@@ -80,7 +80,9 @@ class Report:
     action_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = self.record.to_json() if self.record else {"action_id": self.action_id}
+        data: dict[str, Any] = (
+            self.record.to_json() if self.record else {"action_id": self.action_id}
+        )
         data["outcome"] = str(self.outcome)
         data["result"] = str(self.result) if self.result else None
         data["message"] = self.message
@@ -227,9 +229,13 @@ class Dispatcher:
                 f"({record.contradiction}); `settled resolve` it first"
             )
         declared = self._declared(record)
-        reopened = self.ledger.move(policy.reopen(record, declared, self.clock.now(), actor=self.actor))
+        reopened = self.ledger.move(
+            policy.reopen(record, declared, self.clock.now(), actor=self.actor)
+        )
         if reopened is None:  # someone else retried first
-            return Report(Outcome.IN_PROGRESS, self.ledger.get(action_id), None, "retried elsewhere")
+            return Report(
+                Outcome.IN_PROGRESS, self.ledger.get(action_id), None, "retried elsewhere"
+            )
         return self._send(reopened)
 
     # ---------------------------------------------------------------- the send
@@ -264,7 +270,9 @@ class Dispatcher:
     def _send(self, record: ActionRecord) -> Report:
         declared = self._declared(record)
         provider = self.registry.provider(record.provider)
-        snapshot = provider.snapshot(record.operation, record.params) if declared.snapshots else None
+        snapshot = (
+            provider.snapshot(record.operation, record.params) if declared.snapshots else None
+        )
         taken = self._claim(record, declared, snapshot)
         self.probe("before_claim")
         claimed = self.ledger.move(taken.move)
@@ -352,8 +360,9 @@ class Dispatcher:
         if never_started:
             why = (
                 "never sent: the provider asked for a pause (429/503 Retry-After) that outlasts "
-                "the lease" if sent.held else "never sent: the lease lapsed before the request "
-                "could start"
+                "the lease"
+                if sent.held
+                else "never sent: the lease lapsed before the request could start"
             )
             move = _reason(move, why)
         return move

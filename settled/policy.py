@@ -319,7 +319,9 @@ def _outcome(
         )
         return Status.CONFIRMED, values, f"the provider's reply proves the effect{code}"
     if verdict is Verdict.REJECTED:
-        reason = f"rejected by the provider: {detail}" if detail else f"rejected by the provider{code}"
+        reason = (
+            f"rejected by the provider: {detail}" if detail else f"rejected by the provider{code}"
+        )
         values.update(delivery=str(Delivery.DELIVERED), acceptance=str(Acceptance.NOT_APPLIED),
                       next_check_at=None, reason=reason)  # fmt: skip
         return Status.FAILED, values, reason
@@ -593,7 +595,9 @@ def judge(
                           confirmed_at=at, confirmed_by="reconciliation", reason=None)  # fmt: skip
         else:
             to = Status.FAILED
-            reason = "reconciliation proved the effect absent" + (f": {shown[2:-1]}" if shown else "")
+            reason = "reconciliation proved the effect absent" + (
+                f": {shown[2:-1]}" if shown else ""
+            )
             values.update(acceptance=str(Acceptance.NOT_APPLIED), reason=reason)
         return Move(rec.action_id, rec.status, to, at, actor, EventKind.RECONCILED, values=values,
                     detail={**evidence, "reason": reason}, owner=owner)  # fmt: skip

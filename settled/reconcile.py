@@ -383,7 +383,9 @@ class Reconciler:
         """Decide what checking ``rec`` takes: a query (the job), or a move queued now."""
         now = self.clock.now()
         if rec.requires_manual_verification:
-            self._queue(report, group, rec, policy.needs_person(rec, now, owner=owner, actor=self.actor))
+            self._queue(
+                report, group, rec, policy.needs_person(rec, now, owner=owner, actor=self.actor)
+            )
             return None
         declared, problem = self._declared(rec)
         spec, spec_problem = self._spec(rec)
@@ -395,9 +397,13 @@ class Reconciler:
         if declared is None or spec is None or not spec.queryable:
             # The query that verifies it is not available here now (another host has the
             # provider, or the config changed): wait, without spending its budget.
-            why = problem or spec_problem or (
-                f"the current config of {rec.provider}.{rec.operation} has no query; "
-                f"it was recorded as {rec.tier}"
+            why = (
+                problem
+                or spec_problem
+                or (
+                    f"the current config of {rec.provider}.{rec.operation} has no query; "
+                    f"it was recorded as {rec.tier}"
+                )
             )
             until = plus(now, self.lease)
             self._queue(report, group, rec, policy.wait_again(

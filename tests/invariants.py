@@ -119,7 +119,9 @@ def check(
         )
     truth = server.truth() if server is not None else {"requests": [], "effects": {}}
     seen_ids = {r["action_id"] for r in truth["requests"]}
-    assert seen_ids <= set(by_id), f"provider saw unrecorded actions: {sorted(seen_ids - set(by_id))}"
+    assert seen_ids <= set(by_id), (
+        f"provider saw unrecorded actions: {sorted(seen_ids - set(by_id))}"
+    )
     requests: dict[str, list[dict[str, Any]]] = {}
     for r in truth["requests"]:
         requests.setdefault(r["action_id"], []).append(r)

@@ -69,7 +69,7 @@ def _drop_orphans(conn: Any) -> None:
     ).fetchall()
     for (name,) in rows:
         try:
-            pid = int(name[len(PREFIX):].split("_")[0])
+            pid = int(name[len(PREFIX) :].split("_")[0])
         except ValueError:
             continue
         if pid != os.getpid() and not os.path.exists(f"/proc/{pid}"):
@@ -91,10 +91,15 @@ class Location(str):
     ledger has been made in its schema (tests check that some commands never make one)."""
 
     def exists(self) -> bool:
-        got = admin().execute(
-            "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-            " WHERE n.nspname = %s AND c.relname = 'settled_ledger'", (schema_of(self),)
-        ).fetchall()
+        got = (
+            admin()
+            .execute(
+                "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = %s AND c.relname = 'settled_ledger'",
+                (schema_of(self),),
+            )
+            .fetchall()
+        )
         return bool(got)
 
 

@@ -47,11 +47,16 @@ def dump(location: Any) -> list[tuple[Any, ...]]:
     conn = sqlite3.connect(f"file:{os.fspath(location)}?mode=ro", uri=True)
     try:
         out: list[tuple[Any, ...]] = []
-        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+        tables = [
+            r[0]
+            for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")
+        ]
         for t in tables:
             out.append(("table", t))
             out.extend(conn.execute(f'SELECT * FROM "{t}" ORDER BY rowid').fetchall())
-        out.append(("schema", *[r[0] for r in conn.execute("SELECT sql FROM sqlite_master ORDER BY name")]))
+        out.append(
+            ("schema", *[r[0] for r in conn.execute("SELECT sql FROM sqlite_master ORDER BY name")])
+        )
         return out
     finally:
         conn.close()
@@ -60,16 +65,29 @@ def dump(location: Any) -> list[tuple[Any, ...]]:
 def _dump_pg(url: str) -> list[tuple[Any, ...]]:
     out: list[tuple[Any, ...]] = []
     with psycopg.connect(url, autocommit=True) as conn:
-        tables = [r[0] for r in conn.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
-            " ORDER BY 1").fetchall()]
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+                " ORDER BY 1"
+            ).fetchall()
+        ]
         for t in tables:
             out.append(("table", t))
             out.extend(conn.execute(f'SELECT * FROM "{t}" ORDER BY 1').fetchall())
-        out.append(("schema", *[r[0] for r in conn.execute(
-            "SELECT table_name || '.' || column_name || ':' || data_type"
-            " FROM information_schema.columns WHERE table_schema = current_schema()"
-            " ORDER BY 1").fetchall()]))
+        out.append(
+            (
+                "schema",
+                *[
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT table_name || '.' || column_name || ':' || data_type"
+                        " FROM information_schema.columns WHERE table_schema = current_schema()"
+                        " ORDER BY 1"
+                    ).fetchall()
+                ],
+            )
+        )
     return out
 
 

@@ -26,21 +26,42 @@ def declared(tier: Tier = Tier.FULL, **over: Any) -> Declared:
     return Declared(tier, **{**base, **over})
 
 
-def new_record(aid: str = "a-1", params: Any = None, *, tier: Tier = Tier.FULL,
-               provider: str = "p", operation: str = "o", now: datetime = T0,
-               **over: Any) -> ActionRecord:
+def new_record(
+    aid: str = "a-1",
+    params: Any = None,
+    *,
+    tier: Tier = Tier.FULL,
+    provider: str = "p",
+    operation: str = "o",
+    now: datetime = T0,
+    **over: Any,
+) -> ActionRecord:
     return policy.new_record(
-        action_id=aid, provider=provider, operation=operation,
-        params={} if params is None else params, declared=declared(tier, **over), now=now,
+        action_id=aid,
+        provider=provider,
+        operation=operation,
+        params={} if params is None else params,
+        declared=declared(tier, **over),
+        now=now,
     )
 
 
-def move(aid: str, frm: Status, to: Status, kind: EventKind = EventKind.CLAIMED,
-         **values: Any) -> Move:
+def move(
+    aid: str, frm: Status, to: Status, kind: EventKind = EventKind.CLAIMED, **values: Any
+) -> Move:
     return Move(aid, frm, to, AT, "t", kind, values=values)
 
 
-def transition(led: Ledger, aid: str, frm: Status, to: Status, *, kind: EventKind,
-               at: str = AT, owner: str | None = None, **values: Any) -> ActionRecord | None:
+def transition(
+    led: Ledger,
+    aid: str,
+    frm: Status,
+    to: Status,
+    *,
+    kind: EventKind,
+    at: str = AT,
+    owner: str | None = None,
+    **values: Any,
+) -> ActionRecord | None:
     """One guarded move, as the core makes them."""
     return led.move(Move(aid, frm, to, at, "t", kind, values=values, owner=owner))

@@ -42,7 +42,9 @@ def toml_value(v: Any) -> str:
     return repr(v)
 
 
-def write_config(path: Path, providers: dict[str, dict[str, Any]], **sections: dict[str, Any]) -> Path:
+def write_config(
+    path: Path, providers: dict[str, dict[str, Any]], **sections: dict[str, Any]
+) -> Path:
     lines: list[str] = []
     for sect, values in sections.items():
         lines.append(f"[{sect}]")
@@ -68,8 +70,13 @@ def command(args: tuple[str, ...], crash_at: str | None, pause_at: str | None = 
     return [sys.executable, "-m", "settled", *args]
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, input: str | None = None,
-            timeout: float = 60, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str,
+    env: dict[str, str] | None = None,
+    input: str | None = None,
+    timeout: float = 60,
+    crash_at: str | None = None,
+) -> subprocess.CompletedProcess[str]:
     """Run `settled` as a real process (python -m settled)."""
     full_env = dict(os.environ)
     full_env.update(env or {})
@@ -84,8 +91,12 @@ def run_cli(*args: str, env: dict[str, str] | None = None, input: str | None = N
     )
 
 
-def popen_cli(*args: str, env: dict[str, str] | None = None,
-              crash_at: str | None = None, pause_at: str | None = None) -> subprocess.Popen[str]:
+def popen_cli(
+    *args: str,
+    env: dict[str, str] | None = None,
+    crash_at: str | None = None,
+    pause_at: str | None = None,
+) -> subprocess.Popen[str]:
     full_env = dict(os.environ)
     full_env.update(env or {})
     return subprocess.Popen(

@@ -17,10 +17,27 @@ from settled.model import RECORD_FIELDS
 from settled.providers.sim_server import SimServer
 
 DESIGN_FIELDS = {
-    "action_id", "provider", "operation", "params", "params_hash", "tier",
-    "reconciliation_key", "eligible_at", "requires_manual_verification", "attempt",
-    "idempotency_key", "dispatch_id", "provider_object_id", "status", "delivery",
-    "acceptance", "dispatched_at", "confirmed_at", "confirmed_by", "created_at", "updated_at",
+    "action_id",
+    "provider",
+    "operation",
+    "params",
+    "params_hash",
+    "tier",
+    "reconciliation_key",
+    "eligible_at",
+    "requires_manual_verification",
+    "attempt",
+    "idempotency_key",
+    "dispatch_id",
+    "provider_object_id",
+    "status",
+    "delivery",
+    "acceptance",
+    "dispatched_at",
+    "confirmed_at",
+    "confirmed_by",
+    "created_at",
+    "updated_at",
 }
 
 
@@ -40,17 +57,25 @@ def dump(db: str) -> list[tuple[object, ...]]:
             return []
     elif not Path(db).exists():
         return []
-    return [*rawdb.execute(db, "SELECT * FROM actions ORDER BY action_id"),
-            *rawdb.execute(db, "SELECT * FROM events ORDER BY id")]
+    return [
+        *rawdb.execute(db, "SELECT * FROM actions ORDER BY action_id"),
+        *rawdb.execute(db, "SELECT * FROM events ORDER BY id"),
+    ]
 
 
 def test_dispatch_json_has_the_design_fields(sim_config: Path, sim: SimServer) -> None:
-    p = run_cli("dispatch", "sim", "book", "--params", '{"slot": "10:00"}', "--action-id", "j1", "--json")
+    p = run_cli(
+        "dispatch", "sim", "book", "--params", '{"slot": "10:00"}', "--action-id", "j1", "--json"
+    )
     assert p.returncode == 0, p.stderr
     data = json.loads(p.stdout)
     assert DESIGN_FIELDS <= set(data)
     assert set(RECORD_FIELDS) <= set(data)
-    assert (data["status"], data["outcome"], data["result"]) == ("CONFIRMED", "dispatched", "succeeded")
+    assert (data["status"], data["outcome"], data["result"]) == (
+        "CONFIRMED",
+        "dispatched",
+        "succeeded",
+    )
     assert data["idempotency_key"] == "j1:1" and data["params"] == {"slot": "10:00"}
     assert data["created_at"].endswith("Z")
 
@@ -58,16 +83,23 @@ def test_dispatch_json_has_the_design_fields(sim_config: Path, sim: SimServer) -
     assert show.returncode == 0
     sdata = json.loads(show.stdout)
     assert [e["kind"] for e in sdata["events"]] == ["recorded", "claimed", "outcome"]
-    assert {"id", "at", "actor", "kind", "from_status", "to_status", "attempt", "detail"} <= set(sdata["events"][0])
+    assert {"id", "at", "actor", "kind", "from_status", "to_status", "attempt", "detail"} <= set(
+        sdata["events"][0]
+    )
 
 
 @pytest.mark.parametrize(
     ("op", "fault", "code", "status"),
-    [("book", "ok", 0, "CONFIRMED"), ("send", "ok", 3, "AWAITING_VERIFICATION"),
-     ("send", "timeout_after_apply", 4, "DENIED_UNRESOLVED"), ("book", "reject", 5, "FAILED")],
+    [
+        ("book", "ok", 0, "CONFIRMED"),
+        ("send", "ok", 3, "AWAITING_VERIFICATION"),
+        ("send", "timeout_after_apply", 4, "DENIED_UNRESOLVED"),
+        ("book", "reject", 5, "FAILED"),
+    ],
 )
-def test_exit_code_follows_status(sim_config: Path, sim: SimServer, op: str, fault: str,
-                                  code: int, status: str) -> None:
+def test_exit_code_follows_status(
+    sim_config: Path, sim: SimServer, op: str, fault: str, code: int, status: str
+) -> None:
     sim.plan("x", fault)
     p = run_cli("dispatch", "sim", op, "--action-id", "x", "--json")
     assert p.returncode == code, p.stderr
@@ -80,14 +112,30 @@ def test_exit_code_follows_status(sim_config: Path, sim: SimServer, op: str, fau
 def test_params_from_file_and_stdin(sim_config: Path, sim: SimServer, tmp_path: Path) -> None:
     f = tmp_path / "p.json"
     f.write_text('{"to": "file"}')
-    assert run_cli("dispatch", "sim", "book", "--params", f"@{f}", "--action-id", "f1").returncode == 0
-    p = run_cli("dispatch", "sim", "book", "--params", "-", "--action-id", "s1", "--json",
-                input='{"to": "stdin"}')
+    assert (
+        run_cli("dispatch", "sim", "book", "--params", f"@{f}", "--action-id", "f1").returncode == 0
+    )
+    p = run_cli(
+        "dispatch",
+        "sim",
+        "book",
+        "--params",
+        "-",
+        "--action-id",
+        "s1",
+        "--json",
+        input='{"to": "stdin"}',
+    )
     assert p.returncode == 0 and json.loads(p.stdout)["params"] == {"to": "stdin"}
 
 
-def test_same_id_same_params_sends_nothing_other_params_conflict(sim_config: Path, sim: SimServer) -> None:
-    assert run_cli("dispatch", "sim", "book", "--params", '{"a":1}', "--action-id", "d1").returncode == 0
+def test_same_id_same_params_sends_nothing_other_params_conflict(
+    sim_config: Path, sim: SimServer
+) -> None:
+    assert (
+        run_cli("dispatch", "sim", "book", "--params", '{"a":1}', "--action-id", "d1").returncode
+        == 0
+    )
     again = run_cli("dispatch", "sim", "book", "--params", '{"a":1}', "--action-id", "d1", "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["outcome"] == "already_completed"
     db = os.environ["SETTLED_DB"]
@@ -174,7 +222,9 @@ def test_not_a_ledger_is_refused(tmp_path: Path, sim_config: Path, sim: SimServe
     assert sim.truth()["requests"] == []
 
 
-def test_locked_ledger_gives_a_clear_error_and_sends_nothing(sim_config: Path, sim: SimServer) -> None:
+def test_locked_ledger_gives_a_clear_error_and_sends_nothing(
+    sim_config: Path, sim: SimServer
+) -> None:
     assert run_cli("dispatch", "sim", "book", "--action-id", "l0").returncode == 0
     db = os.environ["SETTLED_DB"]
     lock = ("import psycopg,sys,time; c=psycopg.connect(sys.argv[1]);"  # a writer mid-transaction
@@ -183,11 +233,15 @@ def test_locked_ledger_gives_a_clear_error_and_sends_nothing(sim_config: Path, s
             "c.execute('BEGIN IMMEDIATE');")  # fmt: skip
     holder = subprocess.Popen(
         [sys.executable, "-c", lock + "print('locked', flush=True); time.sleep(30)", str(db)],
-        stdout=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         before = dump(db)
-        p = run_cli("dispatch", "sim", "book", "--action-id", "l1", env={"SETTLED_BUSY_TIMEOUT": "0.5"})
+        p = run_cli(
+            "dispatch", "sim", "book", "--action-id", "l1", env={"SETTLED_BUSY_TIMEOUT": "0.5"}
+        )
         assert_clean_error(p, 1, "locked by another writer")
         assert dump(db) == before
     finally:
@@ -211,7 +265,9 @@ def test_queue_lists_unresolved_and_fail_if_any(sim_config: Path, sim: SimServer
     p = run_cli("queue", "--json")
     rows = json.loads(p.stdout)
     assert [r["action_id"] for r in rows] == ["q1", "q2"]
-    assert rows[0]["next"].startswith("auto-check at") and rows[1]["next"].startswith("needs a person")
+    assert rows[0]["next"].startswith("auto-check at") and rows[1]["next"].startswith(
+        "needs a person"
+    )
     assert run_cli("queue", "--fail-if-any").returncode == 4
     human = run_cli("queue")
     assert "q1" in human.stdout and "needs a person" in human.stdout
@@ -221,7 +277,9 @@ def test_providers_lists_declarations(sim_config: Path) -> None:
     p = run_cli("providers", "--json")
     rows = {r["operation"]: r for r in json.loads(p.stdout)}
     assert rows["book"]["tier"] == "full" and rows["notify"]["tier"] == "blind"
-    assert {"tier", "consistency_window", "attempts", "timeout", "dedupes_keys", "verifies"} <= set(rows["send"])
+    assert {"tier", "consistency_window", "attempts", "timeout", "dedupes_keys", "verifies"} <= set(
+        rows["send"]
+    )
 
 
 def test_every_command_has_help() -> None:

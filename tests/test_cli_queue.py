@@ -64,12 +64,17 @@ def test_status_provider_and_age_filters(filled: Ledger) -> None:
     assert len(rows("--older-than", "0s")) == 3
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (("--status", "DONE"), "unknown status"),
-    (("--older-than", "ten minutes"), "bad duration"),
-    (("--older-than", "-5m"), "bad duration"),
-])
-def test_bad_filters_are_one_line_errors(filled: Ledger, args: tuple[str, ...], needle: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--status", "DONE"), "unknown status"),
+        (("--older-than", "ten minutes"), "bad duration"),
+        (("--older-than", "-5m"), "bad duration"),
+    ],
+)
+def test_bad_filters_are_one_line_errors(
+    filled: Ledger, args: tuple[str, ...], needle: str
+) -> None:
     out = run_cli("queue", *args)
     assert out.returncode == 1 and needle in out.stderr and out.stderr.count("\n") == 1
 
@@ -82,8 +87,17 @@ def test_fail_if_any_is_for_monitors(filled: Ledger) -> None:
 
 
 def test_show_renders_the_full_timeline(filled: Ledger) -> None:
-    res = run_cli("resolve", "person", "--applied", "--reason", "customer called",
-                  "--evidence", "ticket 77", "--by", "carol")
+    res = run_cli(
+        "resolve",
+        "person",
+        "--applied",
+        "--reason",
+        "customer called",
+        "--evidence",
+        "ticket 77",
+        "--by",
+        "carol",
+    )
     assert res.returncode == 0, res.stderr
     out = run_cli("show", "person", "--json")
     assert out.returncode == 0

@@ -71,7 +71,15 @@ def test_reconcile_due_prints_the_pass_report_and_exits_0(
     assert report["waiting"][0]["kind"] == "waiting" and report["waiting"][0]["seen"] == "not_yet"
     assert report["skipped"] == [] and report["stopped"] is False
     assert set(report["changes"][0]) == {
-        "at", "action_id", "from", "to", "kind", "reason", "next_check_at", "seen"}
+        "at",
+        "action_id",
+        "from",
+        "to",
+        "kind",
+        "reason",
+        "next_check_at",
+        "seen",
+    }
     human = run_cli("reconcile", "--due")
     assert human.returncode == 0 and "examined" in human.stderr
 
@@ -84,9 +92,14 @@ def test_reconcile_due_with_a_limit(make: Any, ledger: Ledger) -> None:
     assert len(ledger.query(statuses=["CONFIRMED"])) == 2
 
 
-@pytest.mark.parametrize(("fault", "code", "status"), [
-    ("ok", 0, "CONFIRMED"), ("bounce", 5, "FAILED"), ("lost_after_accept", 3, "AWAITING_VERIFICATION"),
-])
+@pytest.mark.parametrize(
+    ("fault", "code", "status"),
+    [
+        ("ok", 0, "CONFIRMED"),
+        ("bounce", 5, "FAILED"),
+        ("lost_after_accept", 3, "AWAITING_VERIFICATION"),
+    ],
+)
 def test_reconcile_one_id_exits_by_its_status(
     make: Any, ledger: Ledger, fault: str, code: int, status: str
 ) -> None:
@@ -154,27 +167,41 @@ def test_resolve_unknown_id_exits_6(make: Any) -> None:
     assert run_cli("resolve", "nope", "--applied", "--reason", "x").returncode == 6
 
 
-def test_resolve_without_a_ledger_names_its_path_and_creates_none(sim_config: Path,
-                                                                   db_path: Path) -> None:
+def test_resolve_without_a_ledger_names_its_path_and_creates_none(
+    sim_config: Path, db_path: Path
+) -> None:
     out = run_cli("resolve", "nope", "--applied", "--reason", "x")
     assert out.returncode == 1 and f"no ledger at {db_path}" in out.stderr
     assert not db_path.exists()
 
 
-def test_resolve_defaults_to_the_os_user_and_keeps_the_evidence(
-    make: Any, ledger: Ledger
-) -> None:
+def test_resolve_defaults_to_the_os_user_and_keeps_the_evidence(make: Any, ledger: Ledger) -> None:
     make("p", "deliver")  # partial: a person may verify it while it awaits
-    out = run_cli("resolve", "p", "--applied", "--reason", "customer replied",
-                  "--evidence", "ticket 991", "--object-id", "msg-7", "--json")
+    out = run_cli(
+        "resolve",
+        "p",
+        "--applied",
+        "--reason",
+        "customer replied",
+        "--evidence",
+        "ticket 991",
+        "--object-id",
+        "msg-7",
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     rec = json.loads(out.stdout)
     assert rec["confirmed_by"] == f"operator:{default_actor()}"
     assert rec["provider_object_id"] == "msg-7" and rec["acceptance"] == "ACCEPTED"
     ev = ledger.events("p")[-1]
     assert ev.actor == f"operator:{default_actor()}" and ev.kind == "resolved"
-    assert ev.detail == {"verdict": "applied", "reason": "customer replied",
-                         "evidence": "ticket 991", "object_id": "msg-7", "by": default_actor()}
+    assert ev.detail == {
+        "verdict": "applied",
+        "reason": "customer replied",
+        "evidence": "ticket 991",
+        "object_id": "msg-7",
+        "by": default_actor(),
+    }
     again = run_cli("resolve", "p", "--not-applied", "--reason", "changed my mind")
     assert again.returncode == 7 and ledger.get("p").status == "CONFIRMED"
 
@@ -188,7 +215,10 @@ def test_confirmed_by_tells_provider_reconciliation_and_operator_apart(
     run_cli("reconcile", "--due")
     run_cli("resolve", "op", "--applied", "--reason", "seen", "--by", "bob")
     assert [ledger.get(a).confirmed_by for a in ("full", "rec", "op")] == [
-        "provider", "reconciliation", "operator:bob"]
+        "provider",
+        "reconciliation",
+        "operator:bob",
+    ]
 
 
 # -- retry -------------------------------------------------------------------------------

@@ -9,8 +9,11 @@ from support import run_cli
 
 @pytest.mark.parametrize(
     ("args", "says"),
-    [(("show",), "Missing argument"), (("bogus",), "No such command"),
-     (("show", "a", "--nope"), "No such option")],
+    [
+        (("show",), "Missing argument"),
+        (("bogus",), "No such command"),
+        (("show", "a", "--nope"), "No such option"),
+    ],
 )
 def test_usage_errors_exit_2(args: tuple[str, ...], says: str) -> None:
     out = run_cli(*args)

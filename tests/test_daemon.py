@@ -92,8 +92,11 @@ def test_sigterm_finishes_the_check_in_hand_and_exits_0(
     with Ledger.open(db_path) as led:
         due = {r.action_id: r.next_check_at for r in led.query(statuses=["AWAITING_VERIFICATION"])}
     url = f"http://127.0.0.1:{blackhole.getsockname()[1]}"
-    write_config(tmp_path / "settled.toml", {"sim": sim_conf(sim, base_url=url, timeout=0.3, verify_deadline=600.0)},
-                 reconcile={"batch": 10})
+    write_config(
+        tmp_path / "settled.toml",
+        {"sim": sim_conf(sim, base_url=url, timeout=0.3, verify_deadline=600.0)},
+        reconcile={"batch": 10},
+    )
     proc = popen_cli("daemon", "--interval", "60")
     try:
         ready, _, _ = select.select([blackhole], [], [], 20)  # a query is in flight
@@ -177,8 +180,12 @@ def test_a_stalled_log_reader_does_not_lock_the_ledger(
     write_config(tmp_path / "settled.toml", {"sim": sim_conf(sim)}, reconcile={"batch": 15})
     r, w = os.pipe()
     size = fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4096)  # room for ~15 log lines
-    daemon = subprocess.Popen([sys.executable, "-m", "settled", "daemon", "--interval", "0.1"],
-                              stdout=subprocess.DEVNULL, stderr=w, cwd=str(ROOT))
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "settled", "daemon", "--interval", "0.1"],
+        stdout=subprocess.DEVNULL,
+        stderr=w,
+        cwd=str(ROOT),
+    )
     os.close(w)
     log = b""
     try:
@@ -231,8 +238,9 @@ def test_once_logs_one_json_line_per_transition(
     out = run_cli("daemon", "--once")
     assert out.returncode == 0 and out.stdout == ""
     log = lines(out.stderr)
-    moves = {e["action_id"]: (e["from"], e["to"], e["kind"])
-             for e in log if e["event"] == "transition"}
+    moves = {
+        e["action_id"]: (e["from"], e["to"], e["kind"]) for e in log if e["event"] == "transition"
+    }
     assert moves == {
         "a": ("AWAITING_VERIFICATION", "CONFIRMED", "reconciled"),
         "b": ("AWAITING_VERIFICATION", "FAILED", "reconciled"),

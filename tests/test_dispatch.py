@@ -66,7 +66,10 @@ def test_classification_is_rule_3(spec: OperationSpec, wire: WireResult, verdict
 def test_full_ok_is_confirmed_by_the_provider(d: Dispatcher, sim: SimServer) -> None:
     rep = d.submit("sim", "book", {"slot": "9:00"}, action_id="b1")
     assert (rep.outcome, rep.result, rep.record.status) == (
-        Outcome.DISPATCHED, Result.SUCCEEDED, Status.CONFIRMED)
+        Outcome.DISPATCHED,
+        Result.SUCCEEDED,
+        Status.CONFIRMED,
+    )
     assert rep.record.confirmed_by == "provider" and rep.record.provider_object_id
     assert report_exit(rep) == 0
     reqs = sim.requests_for("b1")
@@ -90,12 +93,26 @@ def test_full_reply_that_proves_nothing_is_not_confirmed(d: Dispatcher, sim: Sim
 def test_rejection_is_failed(d: Dispatcher, sim: SimServer) -> None:
     sim.plan("r1", "reject")
     rep = d.submit("sim", "send", {}, action_id="r1")
-    assert (rep.record.status, rep.record.acceptance, report_exit(rep)) == (Status.FAILED, "REJECTED", 5)
+    assert (rep.record.status, rep.record.acceptance, report_exit(rep)) == (
+        Status.FAILED,
+        "REJECTED",
+        5,
+    )
     assert "422" in (rep.record.reason or "")
 
 
-@pytest.mark.parametrize("fault", ["timeout_after_apply", "reset_after_apply", "5xx_after",
-                                   "5xx_before", "drop", "http:429", "http:799"])
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "timeout_after_apply",
+        "reset_after_apply",
+        "5xx_after",
+        "5xx_before",
+        "drop",
+        "http:429",
+        "http:799",
+    ],
+)
 def test_ambiguous_without_dedupe_is_unresolved_after_one_request(
     d: Dispatcher, sim: SimServer, fault: str
 ) -> None:
@@ -124,8 +141,17 @@ def test_never_connected_is_retried_then_failed(ledger: Ledger) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again when we leave: nothing listens
-    reg = Registry({"sim": {"type": "sim", "base_url": f"http://127.0.0.1:{port}", "attempts": 3,
-                            "timeout": 0.3}}, source="test")
+    reg = Registry(
+        {
+            "sim": {
+                "type": "sim",
+                "base_url": f"http://127.0.0.1:{port}",
+                "attempts": 3,
+                "timeout": 0.3,
+            }
+        },
+        source="test",
+    )
     clock = FakeClock()
     try:
         rep = Dispatcher(ledger, reg, clock=clock).submit("sim", "send", {}, action_id="n1")
@@ -140,7 +166,11 @@ def test_blind_is_unresolved_at_once_and_never_auto_checked(d: Dispatcher) -> No
     rep = d.submit("sim", "notify", {}, action_id="bl")
     r = rep.record
     assert (r.status, r.eligible_at, r.next_check_at, r.requires_manual_verification) == (
-        Status.DENIED_UNRESOLVED, None, None, True)
+        Status.DENIED_UNRESOLVED,
+        None,
+        None,
+        True,
+    )
 
 
 def test_existing_id_same_params_sends_nothing(d: Dispatcher, sim: SimServer) -> None:
@@ -194,11 +224,16 @@ def test_processes_racing_one_id_send_it_once(sim_config: Path, sim: SimServer) 
     """Real processes dispatch the same id at once, some with other params: one records,
     claims and sends it; the others find it, or are refused when their params differ."""
     params = ['{"a": 1}'] * 3 + ['{"a": 2}'] * 2
-    procs = [popen_cli("dispatch", "sim", "book", "--action-id", "race", "--params", p, "--json")
-             for p in params]
+    procs = [
+        popen_cli("dispatch", "sim", "book", "--action-id", "race", "--params", p, "--json")
+        for p in params
+    ]
     done = [(p.communicate(timeout=60), p.returncode) for p in procs]
-    won = [i for i, ((out, _), _) in enumerate(done)
-           if out and json.loads(out)["outcome"] == "dispatched"]
+    won = [
+        i
+        for i, ((out, _), _) in enumerate(done)
+        if out and json.loads(out)["outcome"] == "dispatched"
+    ]
     assert len(won) == 1
     for i, ((out, err), code) in enumerate(done):
         if i in won:

@@ -10,9 +10,22 @@ import pytest
 from support import ROOT, run_cli
 
 README = (ROOT / "README.md").read_text()
-COMMANDS = ["dispatch", "confirm", "reconcile", "resolve", "retry", "queue", "show",
-            "providers", "providers audit", "providers render", "daemon", "demo", "mcp",
-            "migrate-ledger"]
+COMMANDS = [
+    "dispatch",
+    "confirm",
+    "reconcile",
+    "resolve",
+    "retry",
+    "queue",
+    "show",
+    "providers",
+    "providers audit",
+    "providers render",
+    "daemon",
+    "demo",
+    "mcp",
+    "migrate-ledger",
+]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS)
@@ -36,7 +49,9 @@ def test_every_exit_code_is_documented() -> None:
         assert re.search(rf"^\| {code} \|", README, flags=re.M), code
 
 
-def test_readme_library_example_runs(tmp_path: Path, sim: object, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_readme_library_example_runs(
+    tmp_path: Path, sim: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
     block = re.search(r"```python\n(.*?)```", README, flags=re.S)
     assert block is not None
     code = block.group(1).replace("http://127.0.0.1:8080", sim.url)  # type: ignore[attr-defined]

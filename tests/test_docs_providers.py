@@ -45,7 +45,9 @@ def test_quoted_errors_are_real(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert len(quoted) == 5
     variants = [
         example.replace('tier = "reconcilable"', 'tier = "eventually"'),
-        example.replace('query = { method = "GET", path = "/delivered/{reconciliation_key}" }\n', ""),
+        example.replace(
+            'query = { method = "GET", path = "/delivered/{reconciliation_key}" }\n', ""
+        ),
         example.replace('status = "/status"', 'status = "status"'),
         example.replace("timeout = 5.0\n", "timeout = 5.0\ntls_verify = false\n"),
         example,  # MAIL_TOKEN not set
@@ -58,7 +60,10 @@ def test_quoted_errors_are_real(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         path = tmp_path / "settled.toml"
         path.write_text(text)
         cfg = config.load(str(path))
-        with pytest.raises(ConfigError) as err, Registry(cfg.providers, source="settled.toml") as reg:
+        with (
+            pytest.raises(ConfigError) as err,
+            Registry(cfg.providers, source="settled.toml") as reg,
+        ):
             reg.load_all()
         assert f"settled: error: {err.value}" == line
 
@@ -76,4 +81,8 @@ def test_the_request_shape_example_loads(monkeypatch: pytest.MonkeyPatch) -> Non
     cfg = config.from_dict(tomllib.loads(text), source="providers.md")
     with Registry(cfg.providers, source="providers.md") as reg:
         spec = reg.operation("shop", "order")
-    assert (spec.key_param, spec.conflict_statuses, spec.predicate) == ("order_number", (409,), True)
+    assert (spec.key_param, spec.conflict_statuses, spec.predicate) == (
+        "order_number",
+        (409,),
+        True,
+    )

@@ -17,8 +17,9 @@ from settled.ledger import Ledger
 from settled.providers.sim_server import SimServer
 
 
-def configure(tmp_path: Path, sim: SimServer, *, dispatch: dict[str, Any] | None = None,
-              **over: Any) -> Path:
+def configure(
+    tmp_path: Path, sim: SimServer, *, dispatch: dict[str, Any] | None = None, **over: Any
+) -> Path:
     sections = {"dispatch": dispatch} if dispatch else {}
     return write_config(tmp_path / "settled.toml", {"sim": sim_conf(sim, **over)}, **sections)
 
@@ -104,8 +105,7 @@ def test_dispatcher_killed_mid_request_is_settled_from_the_provider_state(
     tmp_path: Path, sim: SimServer, db_path: Path
 ) -> None:
     configure(tmp_path, sim, dispatch={"lease_grace": 0.7}, attempts=1)
-    killed = run_cli("dispatch", "sim", "send", "--action-id", "crash",
-                     crash_at="after_send")
+    killed = run_cli("dispatch", "sim", "send", "--action-id", "crash", crash_at="after_send")
     assert killed.returncode == -9 and killed.stdout == ""
     mid = record(db_path, "crash")
     assert mid["status"] == "IN_FLIGHT" and mid["delivery"] == "IN_FLIGHT"
@@ -137,8 +137,7 @@ def test_dispatcher_killed_before_sending_is_never_confirmed_nor_resent(
     tmp_path: Path, sim: SimServer, db_path: Path
 ) -> None:
     configure(tmp_path, sim, dispatch={"lease_grace": 0.2}, attempts=1, verify_deadline=0.3)
-    killed = run_cli("dispatch", "sim", "send", "--action-id", "early",
-                     crash_at="after_claim")
+    killed = run_cli("dispatch", "sim", "send", "--action-id", "early", crash_at="after_claim")
     assert killed.returncode == -9
     wait_past(record(db_path, "early")["lease_expires_at"])
     for _ in range(40):  # bounded: the verification budget is 0.3 s
@@ -167,14 +166,28 @@ def test_blind_is_unresolved_at_once_and_resolved_by_a_person(
         ("n", "needs a person (settled resolve)")
     ]
     assert json.loads(run_cli("reconcile", "--due", "--json").stdout)["examined"] == 0
-    res = run_cli("resolve", "n", "--applied", "--reason", "recipient confirmed by phone",
-                  "--evidence", "call log 17:02", "--by", "alice", "--json")
+    res = run_cli(
+        "resolve",
+        "n",
+        "--applied",
+        "--reason",
+        "recipient confirmed by phone",
+        "--evidence",
+        "call log 17:02",
+        "--by",
+        "alice",
+        "--json",
+    )
     assert res.returncode == 0, res.stderr
     rec = json.loads(res.stdout)
     assert rec["status"] == "CONFIRMED" and rec["confirmed_by"] == "operator:alice"
     last = record(db_path, "n")["events"][-1]
     assert (last["actor"], last["kind"], last["from_status"], last["to_status"]) == (
-        "operator:alice", "resolved", "DENIED_UNRESOLVED", "CONFIRMED")
+        "operator:alice",
+        "resolved",
+        "DENIED_UNRESOLVED",
+        "CONFIRMED",
+    )
     assert last["detail"]["evidence"] == "call log 17:02"
     assert last["detail"]["reason"] == "recipient confirmed by phone"
     assert run_cli("queue", "--fail-if-any").returncode == 0
@@ -197,8 +210,15 @@ def test_partial_is_delivered_then_queued_past_its_window_then_resolved(
     assert "only a person can verify" in passed[0]["reason"]
     queued = run_cli("queue", "--fail-if-any", "--json")
     assert queued.returncode == 4 and json.loads(queued.stdout)[0]["action_id"] == "p"
-    res = run_cli("resolve", "p", "--not-applied", "--reason", "recipient never got it",
-                  "--object-id", out["provider_object_id"])
+    res = run_cli(
+        "resolve",
+        "p",
+        "--not-applied",
+        "--reason",
+        "recipient never got it",
+        "--object-id",
+        out["provider_object_id"],
+    )
     assert res.returncode == 0, res.stderr  # a recorded verdict exits 0, whichever it is
     final = record(db_path, "p")
     assert final["status"] == "FAILED" and final["confirmed_by"] is None
@@ -206,7 +226,9 @@ def test_partial_is_delivered_then_queued_past_its_window_then_resolved(
     assert sim.effects_for("p") == 1  # delivered once; no path confirmed it
 
 
-def test_retry_only_after_failed_with_key_two(tmp_path: Path, sim: SimServer, db_path: Path) -> None:
+def test_retry_only_after_failed_with_key_two(
+    tmp_path: Path, sim: SimServer, db_path: Path
+) -> None:
     configure(tmp_path, sim)
     sim.plan("r", "reject")
     code, out = dispatch("sim", "book", "--action-id", "r", "--params", '{"slot": "10:00"}')
@@ -274,8 +296,17 @@ def test_without_a_key_the_snapshot_attributes_the_change(
 ) -> None:
     configure(tmp_path, sim)
     sim.put_setting("mode", "quiet")
-    code, out = dispatch("sim", "set", "--action-id", "s", "--params",
-                         '{"name": "mode", "value": "loud"}', "--wait", "--wait-timeout", "20")
+    code, out = dispatch(
+        "sim",
+        "set",
+        "--action-id",
+        "s",
+        "--params",
+        '{"name": "mode", "value": "loud"}',
+        "--wait",
+        "--wait-timeout",
+        "20",
+    )
     assert code == 0 and out["status"] == "CONFIRMED", out["reason"]
     assert out["confirmed_by"] == "reconciliation"
     checked = [e for e in record(db_path, "s")["events"] if e["kind"] == "reconciled"]
@@ -287,8 +318,17 @@ def test_ambiguous_attribution_stays_unresolved_and_says_why(
 ) -> None:
     configure(tmp_path, sim, verify_deadline=0.3)
     sim.put_setting("mode", "loud")  # already the value we ask for: nothing to attribute
-    code, out = dispatch("sim", "set", "--action-id", "s", "--params",
-                         '{"name": "mode", "value": "loud"}', "--wait", "--wait-timeout", "20")
+    code, out = dispatch(
+        "sim",
+        "set",
+        "--action-id",
+        "s",
+        "--params",
+        '{"name": "mode", "value": "loud"}',
+        "--wait",
+        "--wait-timeout",
+        "20",
+    )
     assert code == 4 and out["status"] == "DENIED_UNRESOLVED" and out["confirmed_by"] is None
     assert "cannot attribute" in out["reason"] and sim.effects_for("s") == 1
     assert record(db_path, "s")["events"][-1]["detail"]["seen"] == "ambiguous"

@@ -17,19 +17,26 @@ from settled.ledger import Ledger
 HEAVY = ("httpx", "apscheduler", "sqlite_utils", "rich.table")
 
 
-def loaded_after(code: str, *names: str, env: dict[str, str] | None = None,
-                 expect_out: str = "") -> list[str]:
+def loaded_after(
+    code: str, *names: str, env: dict[str, str] | None = None, expect_out: str = ""
+) -> list[str]:
     probe = (
         "import atexit, json, sys\n"
         f"atexit.register(lambda: print('\\nLOADED=' + json.dumps([m for m in {names!r}"
         " if m in sys.modules]), file=sys.stderr))\n" + code
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         timeout=60, env=env, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
     line = [x for x in out.stderr.splitlines() if x.startswith("LOADED=")]
     assert line, out.stderr
     assert expect_out in out.stdout, out.stderr
-    return json.loads(line[-1][len("LOADED="):])  # type: ignore[no-any-return]
+    return json.loads(line[-1][len("LOADED=") :])  # type: ignore[no-any-return]
 
 
 def test_import_settled_cli_stays_light() -> None:
@@ -57,6 +64,13 @@ def test_show_json_loads_nothing_heavy(db_path: Path, tmp_path: Path) -> None:
         "import sys\nsys.argv = ['settled', 'show', 'a-1', '--json']\n"
         "from settled.cli import main\nmain()\n"
     )
-    loaded = loaded_after(code, *HEAVY, "rich", "settled.dispatch", "settled.providers.base",
-                          env=dict(os.environ), expect_out='"action_id": "a-1"')
+    loaded = loaded_after(
+        code,
+        *HEAVY,
+        "rich",
+        "settled.dispatch",
+        "settled.providers.base",
+        env=dict(os.environ),
+        expect_out='"action_id": "a-1"',
+    )
     assert loaded == []

@@ -56,18 +56,38 @@ def test_schema_version_matches_migrations() -> None:
 @pytest.mark.sqlite_only
 def test_migrating_an_empty_database_gives_the_schema(tmp_path: Path) -> None:
     with Ledger.open(tmp_path / "a.db") as led:
-        tables = {r[0] for r in led.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        triggers = {r[0] for r in led.conn.execute("SELECT name FROM sqlite_master WHERE type='trigger'")}
-        indexes = {r[0] for r in led.conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        tables = {
+            r[0] for r in led.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        }
+        triggers = {
+            r[0] for r in led.conn.execute("SELECT name FROM sqlite_master WHERE type='trigger'")
+        }
+        indexes = {
+            r[0] for r in led.conn.execute("SELECT name FROM sqlite_master WHERE type='index'")
+        }
         applied = [r[0] for r in led.conn.execute("SELECT name FROM _migrations")]
         cols = [r[1] for r in led.conn.execute("PRAGMA table_info(actions)")]
     assert {"actions", "events", "_migrations"} <= tables
-    assert triggers == {"events_no_update", "events_no_delete", "actions_no_delete", "events_no_replace", "actions_no_replace"}
+    assert triggers == {
+        "events_no_update",
+        "events_no_delete",
+        "actions_no_delete",
+        "events_no_replace",
+        "actions_no_replace",
+    }
     assert "clock_anchors" in tables
     assert {"actions_due", "actions_status", "events_action", "actions_same_change"} <= indexes
     assert applied == [name for name, _ in migrations.MIGRATIONS]
-    for field in ("action_id", "params_hash", "eligible_at", "idempotency_key", "next_check_at",
-                  "lands_by", "contradiction", "declared"):
+    for field in (
+        "action_id",
+        "params_hash",
+        "eligible_at",
+        "idempotency_key",
+        "next_check_at",
+        "lands_by",
+        "contradiction",
+        "declared",
+    ):
         assert field in cols
     # reopening applies nothing twice
     with Ledger.open(tmp_path / "a.db") as led:
@@ -77,9 +97,11 @@ def test_migrating_an_empty_database_gives_the_schema(tmp_path: Path) -> None:
 @pytest.mark.sqlite_only
 def test_due_scan_uses_the_partial_index(ledger: Ledger) -> None:
     plan = " ".join(
-        str(r) for r in ledger.conn.execute(
+        str(r)
+        for r in ledger.conn.execute(
             "EXPLAIN QUERY PLAN SELECT * FROM actions WHERE next_check_at IS NOT NULL "
-            "AND next_check_at <= ? ORDER BY next_check_at LIMIT 10", ("z",)
+            "AND next_check_at <= ? ORDER BY next_check_at LIMIT 10",
+            ("z",),
         )
     )
     assert "actions_due" in plan
@@ -195,8 +217,12 @@ def test_processes_creating_one_new_ledger_at_once_all_succeed(
     )
     for round_ in range(10 if backend == "sqlite" else 4):
         where = fresh_location(f"new-{round_}.db")
-        procs = [subprocess.Popen([sys.executable, "-c", code, str(where)],
-                                  stderr=subprocess.PIPE, text=True) for _ in range(6)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", code, str(where)], stderr=subprocess.PIPE, text=True
+            )
+            for _ in range(6)
+        ]
         for proc in procs:
             _, err = proc.communicate(timeout=60)
             assert proc.returncode == 0, err
@@ -229,14 +255,27 @@ def test_a_file_with_tables_is_always_marked_as_a_ledger(
 def test_a_group_is_recorded_and_claimed_in_one_transaction(ledger: Ledger) -> None:
     recs = [new_record(f"m{i}") for i in range(3)]
     assert all(r.declared is not None for r in recs)
-    pairs = [(r, policy.claim(r, r.declared, T0, actor="t", grace=1.0,  # type: ignore[arg-type]
-                              default_backoff=0.05).move) for r in recs]
+    pairs = [
+        (
+            r,
+            policy.claim(
+                r,
+                r.declared,
+                T0,
+                actor="t",
+                grace=1.0,  # type: ignore[arg-type]
+                default_backoff=0.05,
+            ).move,
+        )
+        for r in recs
+    ]
     out = ledger.record_and_claim_many(pairs, actor="t")
     assert [created for _, created in out] == [True] * 3
     assert all(r.status is Status.IN_FLIGHT for r, _ in out)
     # a repeat and a same-id-other-params are both "not created": the caller compares
-    again = ledger.record_and_claim_many([pairs[0], (new_record("m1", {"x": 1}), pairs[1][1])],
-                                         actor="t")
+    again = ledger.record_and_claim_many(
+        [pairs[0], (new_record("m1", {"x": 1}), pairs[1][1])], actor="t"
+    )
     assert [created for _, created in again] == [False, False]
     assert again[1][0].params == {}
     assert [e.kind for e in ledger.events("m0")] == ["recorded", "claimed"]
@@ -264,8 +303,14 @@ def test_threads_opening_and_closing_one_ledger_never_corrupt_it(tmp_path: Path)
         "[t.start() for t in threads]; [t.join() for t in threads]\n"
     )
     tests = str(Path(__file__).parent)
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(path), f"p{n}", tests],
-                              stderr=subprocess.PIPE, text=True) for n in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(path), f"p{n}", tests],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(3)
+    ]
     for proc in procs:
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err

@@ -40,9 +40,17 @@ class Scripted(BaseProvider):
         self.queries: list[str] = []
 
     def operations(self) -> Mapping[str, OperationSpec]:
-        return {"send": OperationSpec("send", Tier.RECONCILABLE, consistency_window=0.0,
-                                      queryable=True, carries_key=True, verify_interval=1.0,
-                                      verify_deadline=60.0)}
+        return {
+            "send": OperationSpec(
+                "send",
+                Tier.RECONCILABLE,
+                consistency_window=0.0,
+                queryable=True,
+                carries_key=True,
+                verify_interval=1.0,
+                verify_deadline=60.0,
+            )
+        }
 
     def execute(self, request: Request) -> WireResult:
         return WireResult(Wire.ANSWERED, 202, "obj", None, "HTTP 202")
@@ -53,8 +61,9 @@ class Scripted(BaseProvider):
 
 
 def _record(led: Ledger, aid: str) -> None:
-    led.record(new_record(aid, tier=Tier.RECONCILABLE, provider="scripted", operation="send"),
-               actor="test")
+    led.record(
+        new_record(aid, tier=Tier.RECONCILABLE, provider="scripted", operation="send"), actor="test"
+    )
 
 
 @pytest.mark.sqlite_only  # SQLite's two paths; PostgreSQL always returns the row
@@ -65,16 +74,33 @@ def test_transition_returns_the_new_row_or_none(
     monkeypatch.setattr(ledger_mod, "HAS_RETURNING", returning)
     with Ledger.open(db_path) as led:
         _record(led, "a")
-        moved = transition(led, "a", Status.PENDING, Status.IN_FLIGHT, kind=EventKind.CLAIMED,
-                           lease_owner="me", delivery="IN_FLIGHT")
+        moved = transition(
+            led,
+            "a",
+            Status.PENDING,
+            Status.IN_FLIGHT,
+            kind=EventKind.CLAIMED,
+            lease_owner="me",
+            delivery="IN_FLIGHT",
+        )
         assert moved is not None
         assert (moved.status, moved.lease_owner, moved.delivery) == ("IN_FLIGHT", "me", "IN_FLIGHT")
         assert moved == led.get("a")
         # the guard: not PENDING any more, and the wrong owner
-        assert transition(led, "a", Status.PENDING, Status.IN_FLIGHT,
-                          kind=EventKind.CLAIMED) is None
-        assert transition(led, "a", Status.IN_FLIGHT, Status.FAILED, kind=EventKind.OUTCOME,
-                          owner="someone-else") is None
+        assert (
+            transition(led, "a", Status.PENDING, Status.IN_FLIGHT, kind=EventKind.CLAIMED) is None
+        )
+        assert (
+            transition(
+                led,
+                "a",
+                Status.IN_FLIGHT,
+                Status.FAILED,
+                kind=EventKind.OUTCOME,
+                owner="someone-else",
+            )
+            is None
+        )
         assert [e.kind for e in led.events("a")] == ["recorded", "claimed"]
         assert led.get("a").status == "IN_FLIGHT"
 
@@ -83,18 +109,39 @@ def _awaiting(led: Ledger, aids: list[str], clock: FakeClock) -> None:
     now = to_text(clock.now())
     for aid in aids:
         _record(led, aid)
-        transition(led, aid, Status.PENDING, Status.IN_FLIGHT, kind=EventKind.CLAIMED, at=now,
-                   lease_owner="d")
-        transition(led, aid, Status.IN_FLIGHT, Status.AWAITING_VERIFICATION,
-                   kind=EventKind.OUTCOME, at=now, owner="d", lease_owner=None,
-                   next_check_at=now, verify_started_at=now,
-                   verify_deadline_at=to_text(clock.now().replace(year=2027)))
+        transition(
+            led,
+            aid,
+            Status.PENDING,
+            Status.IN_FLIGHT,
+            kind=EventKind.CLAIMED,
+            at=now,
+            lease_owner="d",
+        )
+        transition(
+            led,
+            aid,
+            Status.IN_FLIGHT,
+            Status.AWAITING_VERIFICATION,
+            kind=EventKind.OUTCOME,
+            at=now,
+            owner="d",
+            lease_owner=None,
+            next_check_at=now,
+            verify_started_at=now,
+            verify_deadline_at=to_text(clock.now().replace(year=2027)),
+        )
 
 
 @pytest.mark.parametrize("batch", [1, 2, 50])
 def test_a_batch_settles_each_row_as_its_check_says(db_path: Path, batch: int) -> None:
-    seen = {"ok-1": Seen.APPLIED, "gone": Seen.NOT_APPLIED, "later": Seen.NOT_YET,
-            "ok-2": Seen.APPLIED, "odd": Seen.AMBIGUOUS}
+    seen = {
+        "ok-1": Seen.APPLIED,
+        "gone": Seen.NOT_APPLIED,
+        "later": Seen.NOT_YET,
+        "ok-2": Seen.APPLIED,
+        "odd": Seen.AMBIGUOUS,
+    }
     provider = Scripted(seen)
     reg = Registry({}, source="test")
     reg.add(provider)
@@ -102,12 +149,17 @@ def test_a_batch_settles_each_row_as_its_check_says(db_path: Path, batch: int) -
     changes: list[str] = []
     with Ledger.open(db_path) as led:
         _awaiting(led, list(seen), clock)
-        report = Reconciler(led, reg, clock=clock, batch=batch,
-                            on_change=lambda ch: changes.append(ch.action_id)).run_due()
+        report = Reconciler(
+            led, reg, clock=clock, batch=batch, on_change=lambda ch: changes.append(ch.action_id)
+        ).run_due()
         status = {aid: led.get(aid).status for aid in seen}
-        assert status == {"ok-1": "CONFIRMED", "gone": "FAILED",
-                          "later": "AWAITING_VERIFICATION", "ok-2": "CONFIRMED",
-                          "odd": "AWAITING_VERIFICATION"}
+        assert status == {
+            "ok-1": "CONFIRMED",
+            "gone": "FAILED",
+            "later": "AWAITING_VERIFICATION",
+            "ok-2": "CONFIRMED",
+            "odd": "AWAITING_VERIFICATION",
+        }
         assert sorted(provider.queries) == sorted(seen)  # each checked once
         assert report.examined == 5
         assert sorted(c.action_id for c in report.changes) == ["gone", "ok-1", "ok-2"]

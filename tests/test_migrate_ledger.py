@@ -81,9 +81,7 @@ def test_sqlite_to_postgres_and_back_loses_nothing(
         assert min(e.id for e in led.events("after")) > copied_max
 
 
-def test_a_non_empty_target_is_refused_and_left_alone(
-    tmp_path: Path, db_path: str
-) -> None:
+def test_a_non_empty_target_is_refused_and_left_alone(tmp_path: Path, db_path: str) -> None:
     source = tmp_path / "source.db"
     with Ledger.open(source) as led:
         led.record(new_record("a-1"), actor="t")

@@ -67,7 +67,9 @@ def test_the_table_keeps_the_promises() -> None:
     assert not [p for p in TRANSITIONS if p[0] is Status.CONFIRMED]
     assert [p for p in TRANSITIONS if p[1] is Status.PENDING] == [(Status.FAILED, Status.PENDING)]
     assert (Status.DENIED_UNRESOLVED, Status.IN_FLIGHT) not in TRANSITIONS
-    assert [p for p in TRANSITIONS if p[1] is Status.IN_FLIGHT] == [(Status.PENDING, Status.IN_FLIGHT)]
+    assert [p for p in TRANSITIONS if p[1] is Status.IN_FLIGHT] == [
+        (Status.PENDING, Status.IN_FLIGHT)
+    ]
 
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -76,7 +78,11 @@ NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 def test_strategy_full() -> None:
     s = build_strategy(Tier.FULL, NOW, 30)
     assert (s.tier, s.reconciliation_key, s.eligible_at, s.requires_manual_verification) == (
-        Tier.FULL, None, NOW, False)
+        Tier.FULL,
+        None,
+        NOW,
+        False,
+    )
 
 
 def test_strategy_full_that_carries_a_key_gets_one() -> None:
@@ -100,7 +106,11 @@ def test_strategy_partial() -> None:
 
 def test_strategy_blind() -> None:
     s = build_strategy(Tier.BLIND, NOW, 10)
-    assert (s.reconciliation_key, s.eligible_at, s.requires_manual_verification) == (None, None, True)
+    assert (s.reconciliation_key, s.eligible_at, s.requires_manual_verification) == (
+        None,
+        None,
+        True,
+    )
 
 
 def test_keys_are_unique_and_idempotency_key_format() -> None:
@@ -121,12 +131,21 @@ def test_stored_times_read_back_exactly() -> None:
 
     from settled.clock import _FMT, from_text, to_text
 
-    for text in ("2026-01-01T00:00:00.000000Z", "2999-12-31T23:59:59.999999Z",
-                 "2026-03-04T05:06:07.123456Z", "0999-01-01T00:00:00.000001Z"):
+    for text in (
+        "2026-01-01T00:00:00.000000Z",
+        "2999-12-31T23:59:59.999999Z",
+        "2026-03-04T05:06:07.123456Z",
+        "0999-01-01T00:00:00.000001Z",
+    ):
         slow = datetime.strptime(text, _FMT).replace(tzinfo=UTC)
         assert from_text(text) == slow and from_text(text).tzinfo == UTC  # type: ignore[union-attr]
         assert to_text(from_text(text)) == to_text(slow)
-    for bad in ("2026-02-30T00:00:00.000000Z", "2026-01-01T24:00:00.000000Z",
-                "2026-01-01T00:00:00.000000", "2026-01-01 00:00:00.000000Z", "soon"):
+    for bad in (
+        "2026-02-30T00:00:00.000000Z",
+        "2026-01-01T24:00:00.000000Z",
+        "2026-01-01T00:00:00.000000",
+        "2026-01-01 00:00:00.000000Z",
+        "soon",
+    ):
         with pytest.raises(ValueError):
             from_text(bad)

@@ -95,7 +95,9 @@ def test_a_host_whose_clock_is_minutes_ahead_neither_expires_leases_early_nor_ch
         assert killed.returncode == -signal.SIGKILL, killed.stderr
         with Ledger.open(db_path) as led:
             lease = led.get("lost").lease_expires_at
-            held = {r.action_id: r.next_check_at for r in led.query(statuses=["AWAITING_VERIFICATION"])}
+            held = {
+                r.action_id: r.next_check_at for r in led.query(statuses=["AWAITING_VERIFICATION"])
+            }
             assert all(led.get(a).lease_owner for a in held)
             # By the skewed host's own clock, both leases are long over:
             ahead = float(probe.stdout)
@@ -306,9 +308,26 @@ def _many_hosts(hosts: Hosts, tmp_path: Path, db_path: str, relay: Relay,
         server.plan(f"{second}-{n}", "timeout_after_apply" if n % 5 == 3 else "ok")
     logs = {name: open(tmp_path / f"{name}.log", "w") for name in ("doomed", "other", "survivor")}
     workers = [
-        subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", HOST_WORKER, remote,
-                          str(conf), ns, "12"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, env=env, cwd=str(ROOT))
+        subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                sys.executable,
+                "-c",
+                HOST_WORKER,
+                remote,
+                str(conf),
+                ns,
+                "12",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=str(ROOT),
+        )
         for ns in (first, second)
     ]
     # The first host's daemon dies in the middle of a batch it has leased (at its first
@@ -365,8 +384,10 @@ def _many_hosts(hosts: Hosts, tmp_path: Path, db_path: str, relay: Relay,
     # flight) was settled by the hosts that lived on.
     final = {r.action_id: r.status for r in records}
     assert all(final[aid] in SETTLED for aid in left_open), {a: final[a] for a in left_open}
-    print(f"\nhosts: {len(records)} actions ({len(left_open)} left open by the dead host), "
-          f"final {dict(statuses)}")
+    print(
+        f"\nhosts: {len(records)} actions ({len(left_open)} left open by the dead host), "
+        f"final {dict(statuses)}"
+    )
 
 
 def _settle_while(led: Ledger, daemon: subprocess.Popen[str], timeout: float = 90.0) -> None:
@@ -380,5 +401,6 @@ def _settle_while(led: Ledger, daemon: subprocess.Popen[str], timeout: float = 9
         if not open_:
             return
         time.sleep(0.2)
-    raise AssertionError(f"still open after {timeout} s: {[(r.action_id, r.status) for r in open_]}")
-
+    raise AssertionError(
+        f"still open after {timeout} s: {[(r.action_id, r.status) for r in open_]}"
+    )

@@ -131,7 +131,9 @@ def test_a_newer_schema_is_refused(ledger: Ledger, db_path: str) -> None:
     " OVERRIDING SYSTEM VALUE SELECT id, action_id, at, 'x', kind, to_status, attempt, detail"
     " FROM events ON CONFLICT (id) DO UPDATE SET actor = 'x'",
 ])  # fmt: skip
-def test_the_event_log_cannot_be_altered_through_sql(ledger: Ledger, db_path: str, sql: str) -> None:
+def test_the_event_log_cannot_be_altered_through_sql(
+    ledger: Ledger, db_path: str, sql: str
+) -> None:
     ledger.record(new_record(), actor="t")
     before = rawdb.dump(db_path)
     with pytest.raises(rawdb.psycopg.Error, match="settled: "):
@@ -172,7 +174,9 @@ def test_redact_masks_every_password() -> None:
     assert shown.startswith("postgresql://app:***@db:5432/ledger?")
     assert set(secrets) >= {"p%40ss", "p@ss", "zz"}
     assert redact("postgresql:///test?options=-csearch_path%3Dx") == (
-        "postgresql:///test?options=-csearch_path%3Dx", ())
+        "postgresql:///test?options=-csearch_path%3Dx",
+        (),
+    )
 
 
 def test_passwords_never_reach_the_location_messages_or_the_cli(db_path: str) -> None:
@@ -281,9 +285,7 @@ def test_a_skewed_host_clock_changes_nothing_and_a_failed_reading_counts_on() ->
 # ------------------------------------------------------------------ sharing one database
 
 
-def test_two_schemas_are_two_independent_ledgers(
-    db_path: str, fresh_location: Any
-) -> None:
+def test_two_schemas_are_two_independent_ledgers(db_path: str, fresh_location: Any) -> None:
     other = fresh_location("other")
     with Ledger.open(db_path) as one, Ledger.open(other) as two:
         one.record(new_record("a-1"), actor="t")
@@ -394,8 +396,12 @@ def test_an_application_role_without_ownership_runs_settled_but_cannot_rewrite_h
                               kind=EventKind.CLAIMED, lease_owner="o") is not None  # fmt: skip
             assert led.integrity_check() == "ok" and led.figures()
             led.clock().now()
-        for sql in ("UPDATE events SET actor = 'x'", "DELETE FROM events",
-                    "ALTER TABLE events DISABLE TRIGGER ALL", "DROP TABLE events CASCADE"):
+        for sql in (
+            "UPDATE events SET actor = 'x'",
+            "DELETE FROM events",
+            "ALTER TABLE events DISABLE TRIGGER ALL",
+            "DROP TABLE events CASCADE",
+        ):
             with pytest.raises(rawdb.psycopg.Error):
                 rawdb.execute(app_url, sql)
         with Ledger.open(db_path) as owner:

@@ -99,10 +99,16 @@ def test_expired_lease_becomes_unresolved_then_is_confirmed_in_the_same_pass(
     rec = d.submit("sim", "send", {"to": "x"}, action_id="a1", needs_confirmation=True).record
     # A dispatcher claims, sends, and dies before recording the outcome.
     claimed = transition(
-        mem_ledger, "a1", Status.PENDING, Status.IN_FLIGHT, kind=EventKind.CLAIMED,
-        at=to_text(clock.now()), lease_owner="d-1",
+        mem_ledger,
+        "a1",
+        Status.PENDING,
+        Status.IN_FLIGHT,
+        kind=EventKind.CLAIMED,
+        at=to_text(clock.now()),
+        lease_owner="d-1",
         lease_expires_at=to_text(plus(clock.now(), 30)),
-        next_check_at=to_text(plus(clock.now(), 30)), eligible_at=to_text(plus(clock.now(), 10)),
+        next_check_at=to_text(plus(clock.now(), 30)),
+        eligible_at=to_text(plus(clock.now(), 10)),
     )
     assert claimed is not None
     reg.provider("sim").execute(Request("a1", "send", {}, "a1:1", rec.reconciliation_key, 1, 0.3))
@@ -130,7 +136,9 @@ def test_stop_finishes_the_check_in_hand_and_hands_back_the_rest(
     d = Dispatcher(mem_ledger, reg, clock=clock)
     for i in range(4):
         send(d, sim, f"a{i}")
-    due = {r.action_id: r.next_check_at for r in mem_ledger.query(statuses=["AWAITING_VERIFICATION"])}
+    due = {
+        r.action_id: r.next_check_at for r in mem_ledger.query(statuses=["AWAITING_VERIFICATION"])
+    }
     clock.advance(10)
     asked = []
 
@@ -215,7 +223,10 @@ def test_unknown_id_raises_before_anything_is_checked(
 
 
 def test_a_stale_retry_never_reopens_an_attempt_twice(
-    mem_ledger: Ledger, reg: Registry, sim: SimServer, clock: FakeClock,
+    mem_ledger: Ledger,
+    reg: Registry,
+    sim: SimServer,
+    clock: FakeClock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     d = Dispatcher(mem_ledger, reg, clock=clock)
@@ -237,9 +248,16 @@ def test_a_lost_dispatch_expired_where_the_provider_is_unknown_waits_for_one_tha
     d = Dispatcher(mem_ledger, reg, clock=clock)
     d.submit("sim", "send", {"to": "x"}, action_id="a1", needs_confirmation=True)
     transition(
-        mem_ledger, "a1", Status.PENDING, Status.IN_FLIGHT, kind=EventKind.CLAIMED,
-        at=to_text(clock.now()), lease_owner="d-1", lease_expires_at=to_text(clock.now()),
-        next_check_at=to_text(clock.now()), eligible_at=to_text(clock.now()),
+        mem_ledger,
+        "a1",
+        Status.PENDING,
+        Status.IN_FLIGHT,
+        kind=EventKind.CLAIMED,
+        at=to_text(clock.now()),
+        lease_owner="d-1",
+        lease_expires_at=to_text(clock.now()),
+        next_check_at=to_text(clock.now()),
+        eligible_at=to_text(clock.now()),
     )
     clock.advance(1)
     elsewhere = Registry({}, source="test")

@@ -33,8 +33,15 @@ def server() -> Iterator[SimServer]:
 
 @pytest.fixture
 def config(tmp_path: Path, server: SimServer) -> Path:
-    provider = {"type": "sim", "base_url": server.url, "timeout": 0.3, "attempts": 1,
-                "consistency_window": 0.0, "verify_interval": 0.05, "verify_deadline": 0.5}
+    provider = {
+        "type": "sim",
+        "base_url": server.url,
+        "timeout": 0.3,
+        "attempts": 1,
+        "consistency_window": 0.0,
+        "verify_interval": 0.05,
+        "verify_deadline": 0.5,
+    }
     return write_config(tmp_path / "settled.toml", {"sim": provider})
 
 
@@ -77,8 +84,10 @@ def test_a_short_lock_is_waited_for(server: SimServer, config: Path, db_path: Pa
     locker = _Locker(db_path)
     locker.hold()
     try:
-        procs = [popen_cli("dispatch", "sim", "book", "--action-id", f"b-{i}", "--json")
-                 for i in range(2)]
+        procs = [
+            popen_cli("dispatch", "sim", "book", "--action-id", f"b-{i}", "--json")
+            for i in range(2)
+        ]
         time.sleep(0.6)
     finally:
         locker.release()
@@ -132,16 +141,31 @@ def test_busy_at_the_outcome_is_reported_honestly(tmp_path: Path, db_path: Path)
     record's status (3: IN_FLIGHT), and the record is settled later by reconciliation,
     never reported as an outcome."""
     with _LockingServer(hang=1.0, honour_keys=False) as server:
-        provider = {"type": "sim", "base_url": server.url, "timeout": 0.5, "attempts": 1,
-                    "consistency_window": 0.0, "verify_interval": 0.05, "verify_deadline": 1.0}
-        config = write_config(tmp_path / "settled.toml", {"sim": provider},
-                              dispatch={"lease_grace": 0.2})
+        provider = {
+            "type": "sim",
+            "base_url": server.url,
+            "timeout": 0.5,
+            "attempts": 1,
+            "consistency_window": 0.0,
+            "verify_interval": 0.05,
+            "verify_deadline": 1.0,
+        }
+        config = write_config(
+            tmp_path / "settled.toml", {"sim": provider}, dispatch={"lease_grace": 0.2}
+        )
         _make_ledger(db_path)
         locker = _Locker(db_path)
         server.on_request = lambda: (locker.hold(), threading.Timer(1.5, locker.release).start())
         try:
-            done = run_cli("dispatch", "sim", "send", "--action-id", "s-1", "--json",
-                           env={"SETTLED_BUSY_TIMEOUT": "0.3"})
+            done = run_cli(
+                "dispatch",
+                "sim",
+                "send",
+                "--action-id",
+                "s-1",
+                "--json",
+                env={"SETTLED_BUSY_TIMEOUT": "0.3"},
+            )
         finally:
             server.on_request = None
             time.sleep(1.6)

@@ -30,8 +30,17 @@ from settled.providers.sim_server import SimServer
 
 POOL = 40  # action ids shared by every worker (× the budget)
 OPS = ("book", "send", "deliver", "notify", "set")
-QUICK_FAULTS = ("ok", "ok", "lost_after_accept", "bounce", "reject", "5xx_after",
-                "reset_after_apply", "drop", "5xx_before")
+QUICK_FAULTS = (
+    "ok",
+    "ok",
+    "lost_after_accept",
+    "bounce",
+    "reject",
+    "5xx_after",
+    "reset_after_apply",
+    "drop",
+    "5xx_before",
+)
 
 WORKER = r"""
 import json, random, sys, time
@@ -106,8 +115,12 @@ def config(tmp_path: Path, server: SimServer) -> Path:
         "verify_interval": 0.05,
         "verify_deadline": 0.5,
     }
-    return write_config(tmp_path / "settled.toml", {"sim": provider},
-                        dispatch={"lease_grace": 0.3}, reconcile={"lease": 0.5})
+    return write_config(
+        tmp_path / "settled.toml",
+        {"sim": provider},
+        dispatch={"lease_grace": 0.3},
+        reconcile={"lease": 0.5},
+    )
 
 
 @pytest.mark.slow
@@ -123,9 +136,22 @@ def test_processes_mixing_everything_never_duplicate_or_lose(
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(db_path), str(config), str(seed), str(seconds), str(pool)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=env, cwd=str(ROOT),
+            [
+                sys.executable,
+                "-c",
+                WORKER,
+                str(db_path),
+                str(config),
+                str(seed),
+                str(seconds),
+                str(pool),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=str(ROOT),
         )
         for seed in range(workers)
     ]
@@ -163,7 +189,11 @@ def test_processes_mixing_everything_never_duplicate_or_lose(
         assert "Traceback" not in err and "internal error" not in err, err
         if p.returncode != 6:
             assert json.loads(out)["outcome"] in (
-                "dispatched", "already_completed", "in_progress", "blocked")
+                "dispatched",
+                "already_completed",
+                "in_progress",
+                "blocked",
+            )
     reconciled = 0
     for p in passes:
         out, err = p.communicate(timeout=120)
@@ -197,6 +227,8 @@ def test_processes_mixing_everything_never_duplicate_or_lose(
     keys = [r["idempotency_key"] for r in sent]
     assert len(keys) == len(set(keys)), "an attempt was sent twice"
     assert sum(totals.values()) > workers  # the workers really did work
-    print(f"\n{workers} workers: {sum(totals.values())} operations, {len(sent)} requests, "
-          f"{len(ids)} actions, final {dict(statuses)}, slowest op {slowest}; "
-          f"daemon moves {daemon_moves}, cron passes examined {reconciled}")
+    print(
+        f"\n{workers} workers: {sum(totals.values())} operations, {len(sent)} requests, "
+        f"{len(ids)} actions, final {dict(statuses)}, slowest op {slowest}; "
+        f"daemon moves {daemon_moves}, cron passes examined {reconciled}"
+    )

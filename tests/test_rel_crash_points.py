@@ -78,10 +78,10 @@ AFTER_RECOVERY = {
     "before_commit:outcome": SENT,
 }
 
+
 def reconcile_process(db: Path, point: str | None = None) -> subprocess.CompletedProcess[str]:
     """One pass of ``settled reconcile --due`` (cron's way), as a real process."""
-    return run_cli("--db", str(db), "reconcile", "--due", "--json",
-                   crash_at=point)
+    return run_cli("--db", str(db), "reconcile", "--due", "--json", crash_at=point)
 
 
 def reconcile_until_killed(db: Path, point: str, passes: int = 20) -> list[str]:
@@ -169,21 +169,34 @@ def test_dispatcher_killed_at_every_step(server: SimServer, config: Path, db_pat
         d = Dispatcher(ledger, registry)
         for (_point, kind), aid in cases.items():
             if kind == "confirm-send":
-                d.submit("sim", "send", json.loads(params[aid]), action_id=aid,
-                         needs_confirmation=True)
+                d.submit(
+                    "sim", "send", json.loads(params[aid]), action_id=aid, needs_confirmation=True
+                )
     procs = {}
     for (point, kind), aid in cases.items():
         if kind == "confirm-send":
             procs[(point, kind)] = popen_cli("confirm", aid, "--json", crash_at=point)
         else:
-            procs[(point, kind)] = popen_cli("dispatch", "sim", kind, "--action-id", aid,
-                                             "--params", params[aid], "--json", crash_at=point)
+            procs[(point, kind)] = popen_cli(
+                "dispatch",
+                "sim",
+                kind,
+                "--action-id",
+                aid,
+                "--params",
+                params[aid],
+                "--json",
+                crash_at=point,
+            )
     for case, (code, out, err) in _communicate_all(procs).items():
         assert code == -signal.SIGKILL, f"{case}: exit {code}: {err}"
         assert out == "" and "Traceback" not in err, case
     sent_points = ("after_send", "after_reply", "before_commit:outcome")
-    _wait_for(lambda: all(server.requests_for(aid) for (point, _), aid in cases.items()
-                          if point in sent_points))
+    _wait_for(
+        lambda: all(
+            server.requests_for(aid) for (point, _), aid in cases.items() if point in sent_points
+        )
+    )
 
     # The killed processes left the ledger whole, each record where its crash put it
     # (a dispatch killed before its claim committed left none).
@@ -203,8 +216,15 @@ def test_dispatcher_killed_at_every_step(server: SimServer, config: Path, db_pat
     # PENDING by its crash, one left IN_FLIGHT).
     before = len(server.truth()["requests"])
     again = {
-        point: popen_cli("dispatch", "sim", "send", "--action-id", cases[(point, kind)],
-                         "--params", params[cases[(point, kind)]])
+        point: popen_cli(
+            "dispatch",
+            "sim",
+            "send",
+            "--action-id",
+            cases[(point, kind)],
+            "--params",
+            params[cases[(point, kind)]],
+        )
         for point, kind in (("before_claim", "confirm-send"), ("after_send", "send"))
     }
     for point, (code, _, err) in _communicate_all(again).items():
@@ -228,7 +248,9 @@ def test_dispatcher_killed_at_every_step(server: SimServer, config: Path, db_pat
     passed = reconcile_process(db_path)
     assert passed.returncode == 0, passed.stderr
     moved = {c["action_id"]: c["kind"] for c in json.loads(passed.stdout)["changes"]}
-    assert {aid for case, aid in cases.items() if AFTER_RECOVERY[case[0]] is not NOT_CLAIMED} <= set(moved)
+    assert {
+        aid for case, aid in cases.items() if AFTER_RECOVERY[case[0]] is not NOT_CLAIMED
+    } <= set(moved)
 
     with _registry(config) as registry, Ledger.open(db_path) as ledger:
         settle(ledger, registry)
@@ -244,18 +266,22 @@ def test_dispatcher_killed_at_every_step(server: SimServer, config: Path, db_pat
     assert _raw_integrity(db_path) == "ok"
 
 
-def _dispatch_in_process(db: Path, config: Path, server: SimServer,
-                         actions: list[tuple[str, str, str]]) -> None:
+def _dispatch_in_process(
+    db: Path, config: Path, server: SimServer, actions: list[tuple[str, str, str]]
+) -> None:
     with _registry(config) as registry, Ledger.open(db) as ledger:
-        d = Dispatcher(ledger, registry, settings=DispatchSettings(lease_grace=DISPATCH_LEASE_GRACE))
+        d = Dispatcher(
+            ledger, registry, settings=DispatchSettings(lease_grace=DISPATCH_LEASE_GRACE)
+        )
         for aid, op, fault in actions:
             server.plan(aid, fault)
             d.submit("sim", op, {"to": aid}, action_id=aid)
 
 
 @pytest.mark.slow
-def test_reconciler_killed_at_every_step(server: SimServer, config: Path,
-                                        fresh_location: Callable[[str], Any]) -> None:
+def test_reconciler_killed_at_every_step(
+    server: SimServer, config: Path, fresh_location: Callable[[str], Any]
+) -> None:
     """Each reconciler crash point on its own ledger, the four reconcilers at once.
     Work for every kind of check: an applied send and a bounced one waiting for
     verification, a lost one, a partial delivery for a person, and a dispatcher that
@@ -264,15 +290,29 @@ def test_reconciler_killed_at_every_step(server: SimServer, config: Path,
     orphans = {}
     for point, db in dbs.items():
         tag = point.replace(":", "_")
-        _dispatch_in_process(db, config, server, [
-            (f"{tag}-applied", "send", "ok"),
-            (f"{tag}-bounced", "send", "bounce"),
-            (f"{tag}-lost", "send", "lost_after_accept"),
-            (f"{tag}-partial", "deliver", "ok"),
-        ])
-        orphans[point] = popen_cli("--db", str(db), "dispatch", "sim", "send", "--action-id",
-                                   f"{tag}-orphan", "--params", "{}",
-                                   crash_at="after_reply")
+        _dispatch_in_process(
+            db,
+            config,
+            server,
+            [
+                (f"{tag}-applied", "send", "ok"),
+                (f"{tag}-bounced", "send", "bounce"),
+                (f"{tag}-lost", "send", "lost_after_accept"),
+                (f"{tag}-partial", "deliver", "ok"),
+            ],
+        )
+        orphans[point] = popen_cli(
+            "--db",
+            str(db),
+            "dispatch",
+            "sim",
+            "send",
+            "--action-id",
+            f"{tag}-orphan",
+            "--params",
+            "{}",
+            crash_at="after_reply",
+        )
     for point, (code, _, err) in _communicate_all(orphans).items():
         assert code == -signal.SIGKILL, (point, err)
     time.sleep(0.5 + DISPATCH_LEASE_GRACE)  # the orphans' leases have expired
@@ -296,7 +336,7 @@ def test_reconciler_killed_at_every_step(server: SimServer, config: Path,
             settle(ledger, registry)
             # one sim server serves all four ledgers: check only this ledger's actions
             check(ledger, _Only(server, ids), ids=ids, dedupes=False)
-            final = {aid[len(tag) + 1:]: ledger.get(aid).status for aid in ids}
+            final = {aid[len(tag) + 1 :]: ledger.get(aid).status for aid in ids}
         assert final == {"applied": C, "bounced": F, "lost": U, "partial": U, "orphan": C}, point
         assert _raw_integrity(db) == "ok"
 
@@ -330,38 +370,73 @@ def test_daemon_killed_mid_pass_loses_observations_never_statuses(
     them again and settles them exactly as if nothing had happened."""
     daemon_config = write_config(
         tmp_path / "daemon.toml",
-        {"sim": {"type": "sim", "base_url": server.url, "timeout": 0.3, "attempts": 1,
-                 "consistency_window": 0.0, "verify_interval": 0.05, "verify_deadline": 0.6}},
+        {
+            "sim": {
+                "type": "sim",
+                "base_url": server.url,
+                "timeout": 0.3,
+                "attempts": 1,
+                "consistency_window": 0.0,
+                "verify_interval": 0.05,
+                "verify_deadline": 0.6,
+            }
+        },
         dispatch={"lease_grace": DISPATCH_LEASE_GRACE},
         reconcile={"lease": DAEMON_LEASE},
     )
     kinds = ("applied", "bounced", "lost", "partial", "orphan")
-    dbs = {point: fresh_location(f"daemon-{point.replace(':', '_')}.db") for point in RECONCILE_POINTS}
+    dbs = {
+        point: fresh_location(f"daemon-{point.replace(':', '_')}.db") for point in RECONCILE_POINTS
+    }
     orphans = {}
     for point, db in dbs.items():
         tag = "d" + point.replace(":", "_")
-        _dispatch_in_process(db, config, server, [
-            (f"{tag}-applied", "send", "ok"),
-            (f"{tag}-bounced", "send", "bounce"),
-            (f"{tag}-lost", "send", "lost_after_accept"),
-            (f"{tag}-partial", "deliver", "ok"),
-        ])
-        orphans[point] = popen_cli("--db", str(db), "dispatch", "sim", "send", "--action-id",
-                                   f"{tag}-orphan", "--params", "{}",
-                                   crash_at="after_reply")
+        _dispatch_in_process(
+            db,
+            config,
+            server,
+            [
+                (f"{tag}-applied", "send", "ok"),
+                (f"{tag}-bounced", "send", "bounce"),
+                (f"{tag}-lost", "send", "lost_after_accept"),
+                (f"{tag}-partial", "deliver", "ok"),
+            ],
+        )
+        orphans[point] = popen_cli(
+            "--db",
+            str(db),
+            "dispatch",
+            "sim",
+            "send",
+            "--action-id",
+            f"{tag}-orphan",
+            "--params",
+            "{}",
+            crash_at="after_reply",
+        )
     for point, (code, _, err) in _communicate_all(orphans).items():
         assert code == -signal.SIGKILL, (point, err)
     time.sleep(0.5 + DISPATCH_LEASE_GRACE)  # the orphans' dispatch leases have expired
 
     def snapshot(db: Path) -> dict[str, tuple[str, int, str | None]]:
         with Ledger.open(db) as ledger:
-            return {r.action_id: (str(r.status), len(ledger.events(r.action_id)), r.lease_owner)
-                    for r in ledger.query()}
+            return {
+                r.action_id: (str(r.status), len(ledger.events(r.action_id)), r.lease_owner)
+                for r in ledger.query()
+            }
 
     before = {point: snapshot(db) for point, db in dbs.items()}
     daemons = {
-        point: popen_cli("--db", str(db), "--config", str(daemon_config), "daemon",
-                         "--interval", "0.1", crash_at=point)
+        point: popen_cli(
+            "--db",
+            str(db),
+            "--config",
+            str(daemon_config),
+            "daemon",
+            "--interval",
+            "0.1",
+            crash_at=point,
+        )
         for point, db in dbs.items()
     }
     for point, (code, _out, err) in _communicate_all(daemons).items():
@@ -375,8 +450,7 @@ def test_daemon_killed_mid_pass_loses_observations_never_statuses(
         after = snapshot(db)
         with Ledger.open(db) as ledger:
             moved_by_daemon = {
-                aid: [e.kind for e in ledger.events(aid)[before[point][aid][1]:]]
-                for aid in ids
+                aid: [e.kind for e in ledger.events(aid)[before[point][aid][1] :]] for aid in ids
             }
             leased = {aid for aid in ids if after[aid][2] is not None}
             for aid in leased:  # held by the dead daemon until its lease ends
@@ -409,9 +483,9 @@ def test_daemon_killed_mid_pass_loses_observations_never_statuses(
             later = FakeClockAt(DAEMON_LEASE + 1)
             settle(ledger, registry, clock=later)
             check(ledger, _Only(server, ids), ids=ids, dedupes=False)
-            final = {aid[len(tag) + 1:]: ledger.get(aid).status for aid in ids}
+            final = {aid[len(tag) + 1 :]: ledger.get(aid).status for aid in ids}
             for aid in lost_observations:
-                actors = {e.actor for e in ledger.events(aid)[before[point][aid][1]:]}
+                actors = {e.actor for e in ledger.events(aid)[before[point][aid][1] :]}
                 assert "reconciler" in actors, (aid, actors)
         assert final == {"applied": C, "bounced": F, "lost": U, "partial": U, "orphan": C}, point
 

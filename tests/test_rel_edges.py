@@ -63,7 +63,14 @@ def api_config(path: Path, url: str, *, grace: float = 0.5, timeout: float = 0.5
                **ops: Any) -> Path:  # fmt: skip
     return write_config(
         path,
-        {"api": {"type": "http", "base_url": url, "timeout": timeout, "operations": api_ops(**ops)}},
+        {
+            "api": {
+                "type": "http",
+                "base_url": url,
+                "timeout": timeout,
+                "operations": api_ops(**ops),
+            }
+        },
         dispatch={"lease_grace": grace},
         reconcile={"lease": 2.0},
     )
@@ -353,13 +360,20 @@ def test_a_config_change_never_rewrites_what_an_action_was_recorded_as(
     assert "config changed" in human.stdout and "blind → full" in human.stdout
 
 
-def test_a_query_removed_from_the_config_strands_nothing(
-    ledger: Ledger, server: SimServer
-) -> None:
+def test_a_query_removed_from_the_config_strands_nothing(ledger: Ledger, server: SimServer) -> None:
     clock = FakeClock()
     with_query = {"type": "http", "base_url": server.url, "operations": api_ops(window=0.0)}
-    no_query = {"type": "http", "base_url": server.url, "operations": {"send": {
-        "tier": "blind", "attempts": 1, "request": {"method": "POST", "path": "/v1/send"}}}}
+    no_query = {
+        "type": "http",
+        "base_url": server.url,
+        "operations": {
+            "send": {
+                "tier": "blind",
+                "attempts": 1,
+                "request": {"method": "POST", "path": "/v1/send"},
+            }
+        },
+    }
     server.plan("s1", "lag:0.2")
     with Registry({"api": with_query}) as reg:
         Dispatcher(ledger, reg, clock=clock).submit("api", "send", json.loads(params("s1")),
@@ -375,7 +389,9 @@ def test_a_query_removed_from_the_config_strands_nothing(
     time.sleep(0.3)  # the effect is visible by now
     with Registry({"api": with_query}) as reg:
         deadline = time.monotonic() + 40
-        while ledger.get("s1").status is Status.AWAITING_VERIFICATION and time.monotonic() < deadline:
+        while (
+            ledger.get("s1").status is Status.AWAITING_VERIFICATION and time.monotonic() < deadline
+        ):
             clock.advance(60)
             Reconciler(ledger, reg, clock=clock).run_due()
             time.sleep(0.05)
@@ -388,9 +404,7 @@ def test_a_query_removed_from_the_config_strands_nothing(
 def faketime(offset: str) -> dict[str, str]:
     """Environment that steps the wall clock of a process by ``offset`` (libfaketime),
     leaving the monotonic and boot-time clocks alone, as a real clock step does."""
-    lib = next(
-        (str(p) for p in Path("/usr/lib").glob("*/faketime/libfaketime.so.1")), None
-    )
+    lib = next((str(p) for p in Path("/usr/lib").glob("*/faketime/libfaketime.so.1")), None)
     assert lib is not None
     return {"LD_PRELOAD": lib, "FAKETIME": offset, "FAKETIME_DONT_FAKE_MONOTONIC": "1",
             "FAKETIME_NO_CACHE": "1"}  # fmt: skip
@@ -516,7 +530,9 @@ def test_an_outcome_that_cannot_be_written_is_reported_as_sent(
 
     full = ledger
     monkeypatch.setattr(full, "move", full_after_claim)
-    with Registry({"api": {"type": "http", "base_url": server.url, "operations": api_ops()}}) as reg:
+    with Registry(
+        {"api": {"type": "http", "base_url": server.url, "operations": api_ops()}}
+    ) as reg:
         with pytest.raises(OutcomeNotRecorded, match="the request was sent") as caught:
             Dispatcher(full, reg).submit("api", "send", json.loads(params("o1")), action_id="o1")
     assert caught.value.action_id == "o1" and "did not happen" not in str(caught.value)

@@ -122,8 +122,12 @@ def _registry(server: SimServer, header: bool) -> Registry:
     return Registry(
         {
             "api": {"type": "http", "base_url": server.url, "timeout": 0.2, "operations": ops},
-            "down": {"type": "http", "base_url": f"http://127.0.0.1:{_free_port()}",
-                     "timeout": 0.2, "operations": ops},
+            "down": {
+                "type": "http",
+                "base_url": f"http://127.0.0.1:{_free_port()}",
+                "timeout": 0.2,
+                "operations": ops,
+            },
         },
         source="test",
     )
@@ -141,8 +145,12 @@ def test_http_fault_matrix_cell(
         server.plan(aid, fault)
     try:
         with Ledger.open(db_path) as ledger:
-            d = Dispatcher(ledger, registry,
-                           settings=DispatchSettings(lease_grace=0.5, backoff=0.01), actor="t")
+            d = Dispatcher(
+                ledger,
+                registry,
+                settings=DispatchSettings(lease_grace=0.5, backoff=0.01),
+                actor="t",
+            )
             d.submit(provider, op, {"to": "a@example.com", "action_id": aid}, action_id=aid)
             settle(ledger, registry)
             statuses = check(ledger, server, ids=[aid], dedupes=header)

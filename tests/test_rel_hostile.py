@@ -94,7 +94,9 @@ def env(tmp_path: Path, sim: SimServer, monkeypatch: pytest.MonkeyPatch,
         ("f-1", "book", "reject", False),
     ]:
         sim.plan(aid, fault)
-        args = ["dispatch", "sim", op, "--action-id", aid] + (["--needs-confirmation"] if later else [])
+        args = ["dispatch", "sim", op, "--action-id", aid] + (
+            ["--needs-confirmation"] if later else []
+        )
         code, _, err = cli(*args)
         assert code in (0, 3, 4, 5), err
     return {"db": db, "config": config, "sim": sim, "tmp": tmp_path}
@@ -102,30 +104,113 @@ def env(tmp_path: Path, sim: SimServer, monkeypatch: pytest.MonkeyPatch,
 
 # ------------------------------------------------------------------------ command lines
 
-COMMANDS = ["dispatch", "confirm", "show", "queue", "providers", "reconcile", "resolve",
-            "retry", "--help", "bogus", ""]
-FLAGS = ["--json", "--params", "--action-id", "--needs-confirmation", "--wait-timeout",
-         "--status", "--provider", "--older-than", "--fail-if-any", "--limit", "--applied",
-         "--not-applied", "--reason", "--by", "--due", "--evidence", "--object-id", "--help",
-         "--", "-"]
-WORDS = ["sim", "book", "send", "notify", "deliver", "set", "nope", "p-1", "c-1", "u-1", "f-1",
-         "{}", '{"a": 1}', "[1]", "null", '{"a":', "10m", "-1", "nan", "inf", "1e999", "0",
-         "1e20", "99999999999999999999", "2e9d", "all", "PENDING", "pending,FAILED", "DENIED_UNRESOLVED", "@notadb.txt", "@missing.json",
-         "' OR 1=1 --", "x'); DROP TABLE actions;--", "\x00", "é", "\udcff", " lead", "a" * 300]
-TOKENS = st.one_of(st.sampled_from(FLAGS), st.sampled_from(WORDS),
-                   st.text(max_size=12), st.text(alphabet="-=@{}[]\"':,0123456789", max_size=8))
-GLOBALS = st.sampled_from([
-    [], [], [], ["--db", "ledger.db"], ["--db", "notadb.txt"], ["--db", "/"],
-    ["--db", "missing-dir/x.db"], ["--config", "/dev/null"], ["--config", "notadb.txt"],
-    ["--config", "missing.toml"],
-])
+COMMANDS = [
+    "dispatch",
+    "confirm",
+    "show",
+    "queue",
+    "providers",
+    "reconcile",
+    "resolve",
+    "retry",
+    "--help",
+    "bogus",
+    "",
+]
+FLAGS = [
+    "--json",
+    "--params",
+    "--action-id",
+    "--needs-confirmation",
+    "--wait-timeout",
+    "--status",
+    "--provider",
+    "--older-than",
+    "--fail-if-any",
+    "--limit",
+    "--applied",
+    "--not-applied",
+    "--reason",
+    "--by",
+    "--due",
+    "--evidence",
+    "--object-id",
+    "--help",
+    "--",
+    "-",
+]
+WORDS = [
+    "sim",
+    "book",
+    "send",
+    "notify",
+    "deliver",
+    "set",
+    "nope",
+    "p-1",
+    "c-1",
+    "u-1",
+    "f-1",
+    "{}",
+    '{"a": 1}',
+    "[1]",
+    "null",
+    '{"a":',
+    "10m",
+    "-1",
+    "nan",
+    "inf",
+    "1e999",
+    "0",
+    "1e20",
+    "99999999999999999999",
+    "2e9d",
+    "all",
+    "PENDING",
+    "pending,FAILED",
+    "DENIED_UNRESOLVED",
+    "@notadb.txt",
+    "@missing.json",
+    "' OR 1=1 --",
+    "x'); DROP TABLE actions;--",
+    "\x00",
+    "é",
+    "\udcff",
+    " lead",
+    "a" * 300,
+]
+TOKENS = st.one_of(
+    st.sampled_from(FLAGS),
+    st.sampled_from(WORDS),
+    st.text(max_size=12),
+    st.text(alphabet="-=@{}[]\"':,0123456789", max_size=8),
+)
+GLOBALS = st.sampled_from(
+    [
+        [],
+        [],
+        [],
+        ["--db", "ledger.db"],
+        ["--db", "notadb.txt"],
+        ["--db", "/"],
+        ["--db", "missing-dir/x.db"],
+        ["--config", "/dev/null"],
+        ["--config", "notadb.txt"],
+        ["--config", "missing.toml"],
+    ]
+)
 
 
-@given(globals_=GLOBALS, command=st.sampled_from(COMMANDS), rest=st.lists(TOKENS, max_size=6),
-       stdin=st.text(max_size=40))
+@given(
+    globals_=GLOBALS,
+    command=st.sampled_from(COMMANDS),
+    rest=st.lists(TOKENS, max_size=6),
+    stdin=st.text(max_size=40),
+)
 @FUZZ
-def test_fuzzed_command_lines(env: dict[str, Any], globals_: list[str], command: str,
-                              rest: list[str], stdin: str) -> None:
+def test_fuzzed_command_lines(
+    env: dict[str, Any], globals_: list[str], command: str, rest: list[str], stdin: str
+) -> None:
     argv = [*globals_, command, *rest] if command else [*globals_, *rest]
     if any(t.startswith("--wait") and t != "--wait-timeout" for t in argv):
         return  # --wait blocks by design; covered elsewhere
@@ -134,8 +219,11 @@ def test_fuzzed_command_lines(env: dict[str, Any], globals_: list[str], command:
     assert_clean(code, out, err, argv)
     if code in REJECTED:
         assert dump(env["db"]) == before, (argv, code, err)
-    if code in (0, 3, 4, 5) and "--json" in argv and "--help" not in argv and command in (
-        "dispatch", "confirm", "show", "queue", "providers"
+    if (
+        code in (0, 3, 4, 5)
+        and "--json" in argv
+        and "--help" not in argv
+        and command in ("dispatch", "confirm", "show", "queue", "providers")
     ):
         json.loads(out)
     with Ledger.open(env["db"]) as led:
@@ -144,18 +232,40 @@ def test_fuzzed_command_lines(env: dict[str, Any], globals_: list[str], command:
 
 # ------------------------------------------------------------------------ --params
 
-@given(raw=st.one_of(
-    st.text(max_size=60),
-    st.sampled_from(["{", "}", "[]", "1", '"x"', "null", "true", "{'a': 1}", '{"a": NaN}',
-                     '{"a": 1e999}', '{"a": "\\ud800"}', "[" * 5000 + "]" * 5000,
-                     '{"a": ' * 3000 + "1" + "}" * 3000, "\ufeff{}"]),
-    st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=5), max_size=3).map(json.dumps),
-))
+
+@given(
+    raw=st.one_of(
+        st.text(max_size=60),
+        st.sampled_from(
+            [
+                "{",
+                "}",
+                "[]",
+                "1",
+                '"x"',
+                "null",
+                "true",
+                "{'a': 1}",
+                '{"a": NaN}',
+                '{"a": 1e999}',
+                '{"a": "\\ud800"}',
+                "[" * 5000 + "]" * 5000,
+                '{"a": ' * 3000 + "1" + "}" * 3000,
+                "\ufeff{}",
+            ]
+        ),
+        st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=5), max_size=3).map(
+            json.dumps
+        ),
+    )
+)
 @FUZZ
 def test_fuzzed_params(env: dict[str, Any], raw: str) -> None:
     before = dump(env["db"])
     n = len(before)
-    code, out, err = cli("dispatch", "sim", "book", "--params", raw, "--action-id", f"pp-{n}", "--json")
+    code, out, err = cli(
+        "dispatch", "sim", "book", "--params", raw, "--action-id", f"pp-{n}", "--json"
+    )
     assert_clean(code, out, err, ["--params", raw])
     if code in REJECTED:
         assert dump(env["db"]) == before
@@ -165,7 +275,7 @@ def test_fuzzed_params(env: dict[str, Any], raw: str) -> None:
         assert isinstance(record["params"], dict) and record["status"] == "CONFIRMED"
 
 
-@pytest.mark.parametrize("content", [b"\xff\xfe{}", b"{\"a\": \"\xc3\x28\"}", b"", b"\x00" * 10])
+@pytest.mark.parametrize("content", [b"\xff\xfe{}", b'{"a": "\xc3\x28"}', b"", b"\x00" * 10])
 def test_params_file_that_is_not_utf8_json(env: dict[str, Any], content: bytes) -> None:
     (env["tmp"] / "p.json").write_bytes(content)
     before = dump(env["db"])
@@ -183,18 +293,51 @@ def test_params_from_stdin_real_process(env: dict[str, Any]) -> None:
 
 # ------------------------------------------------------------------------ config files
 
-CONFIG_LINES = st.lists(st.one_of(
-    st.sampled_from([
-        "[ledger]", "[dispatch]", "[reconcile]", "[daemon]", "[providers.sim]", "[providers]",
-        "[bogus]", "[providers.x]", 'type = "sim"', 'type = "nope"', 'type = 5',
-        "path = 5", 'path = ""', "busy_timeout = -1", "busy_timeout = 'x'", "lease_grace = true",
-        "lease_grace = -5", "batch = 0", "batch = 1.5", "lease = nan", "interval = 0",
-        "interval = inf", 'base_url = "ftp://x"', "base_url = 1", "timeout = 0", "dedupe = 'yes'",
-        "attempts = 0", "attempts = 2", "providers = 1", "ledger = 'x'", "x = [1, 2",
-        "= 1", "[[providers.sim]]", "headers = { a = 1 }", 'verify_deadline = -1',
-    ]),
-    st.text(max_size=20),
-), max_size=8)
+CONFIG_LINES = st.lists(
+    st.one_of(
+        st.sampled_from(
+            [
+                "[ledger]",
+                "[dispatch]",
+                "[reconcile]",
+                "[daemon]",
+                "[providers.sim]",
+                "[providers]",
+                "[bogus]",
+                "[providers.x]",
+                'type = "sim"',
+                'type = "nope"',
+                "type = 5",
+                "path = 5",
+                'path = ""',
+                "busy_timeout = -1",
+                "busy_timeout = 'x'",
+                "lease_grace = true",
+                "lease_grace = -5",
+                "batch = 0",
+                "batch = 1.5",
+                "lease = nan",
+                "interval = 0",
+                "interval = inf",
+                'base_url = "ftp://x"',
+                "base_url = 1",
+                "timeout = 0",
+                "dedupe = 'yes'",
+                "attempts = 0",
+                "attempts = 2",
+                "providers = 1",
+                "ledger = 'x'",
+                "x = [1, 2",
+                "= 1",
+                "[[providers.sim]]",
+                "headers = { a = 1 }",
+                "verify_deadline = -1",
+            ]
+        ),
+        st.text(max_size=20),
+    ),
+    max_size=8,
+)
 
 
 @given(lines=CONFIG_LINES)
@@ -203,7 +346,11 @@ def test_fuzzed_config_files(env: dict[str, Any], lines: list[str]) -> None:
     bad = env["tmp"] / "fuzz.toml"
     bad.write_text("\n".join(lines) + "\n", encoding="utf-8", errors="surrogateescape")
     before = dump(env["db"])
-    for argv in (["providers", "--json"], ["dispatch", "sim", "book", "--json"], ["queue", "--json"]):
+    for argv in (
+        ["providers", "--json"],
+        ["dispatch", "sim", "book", "--json"],
+        ["queue", "--json"],
+    ):
         code, out, err = cli("--config", str(bad), "--db", str(env["db"]), *argv)
         assert_clean(code, out, err, [*argv, *lines])
         if code in REJECTED:
@@ -211,8 +358,15 @@ def test_fuzzed_config_files(env: dict[str, Any], lines: list[str]) -> None:
         before = dump(env["db"])
 
 
-@pytest.mark.parametrize("content", [b"\xff\xfe\x00garbage", b"[providers.sim]\ntype = \"sim\"\n",
-                                     b"[ledger]\npath = \"/\"\n", b"\x00" * 64])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"\xff\xfe\x00garbage",
+        b'[providers.sim]\ntype = "sim"\n',
+        b'[ledger]\npath = "/"\n',
+        b"\x00" * 64,
+    ],
+)
 def test_config_files_real_process(env: dict[str, Any], content: bytes) -> None:
     bad = env["tmp"] / "bad.toml"
     bad.write_bytes(content)
@@ -229,7 +383,7 @@ INJECTIONS = [
     "x'); DROP TABLE actions;--",
     "' OR '1'='1",
     "1; DELETE FROM events",
-    "\" OR \"\"=\"",
+    '" OR ""="',
     "a' UNION SELECT * FROM events --",
     "%",
     "_",
@@ -272,9 +426,43 @@ def test_status_codes_in_and_outside_rfc_ranges(sim: SimServer, ledger: Ledger) 
     registry = Registry({"sim": sim_conf(sim, verify_deadline=0.2, attempts=1)}, source="test")
     try:
         d = Dispatcher(ledger, registry)
-        codes = list(range(200, 1000)) if budget() > 1 else sorted(
-            {200, 201, 202, 204, 226, 299, 300, 301, 304, 399, 400, 401, 404, 408, 409, 418, 422,
-             429, 451, 499, 500, 501, 502, 503, 504, 511, 599, 600, 799, 999}
+        codes = (
+            list(range(200, 1000))
+            if budget() > 1
+            else sorted(
+                {
+                    200,
+                    201,
+                    202,
+                    204,
+                    226,
+                    299,
+                    300,
+                    301,
+                    304,
+                    399,
+                    400,
+                    401,
+                    404,
+                    408,
+                    409,
+                    418,
+                    422,
+                    429,
+                    451,
+                    499,
+                    500,
+                    501,
+                    502,
+                    503,
+                    504,
+                    511,
+                    599,
+                    600,
+                    799,
+                    999,
+                }
+            )
         )
         ids = []
         for code in codes:
@@ -286,7 +474,11 @@ def test_status_codes_in_and_outside_rfc_ranges(sim: SimServer, ledger: Ledger) 
         settle(ledger, registry)
         check(ledger, sim, ids=ids)
         for code in codes:
-            want = Status.FAILED if 400 <= code <= 499 and code not in (408, 429) else Status.DENIED_UNRESOLVED
+            want = (
+                Status.FAILED
+                if 400 <= code <= 499 and code not in (408, 429)
+                else Status.DENIED_UNRESOLVED
+            )
             for op in ("book", "send"):
                 assert ledger.get(f"h-{code}-{op}").status is want, (code, op)
     finally:
@@ -305,8 +497,11 @@ def test_garbled_replies_after_applying(sim: SimServer, ledger: Ledger, fault: s
         check(ledger, sim)
         got = {op: ledger.get(f"{fault}-{op}").status for op in ("book", "send", "notify")}
         # the garbled reply proves nothing; the effect query observes what it can
-        assert got == {"book": Status.CONFIRMED, "send": Status.CONFIRMED,
-                       "notify": Status.DENIED_UNRESOLVED}
+        assert got == {
+            "book": Status.CONFIRMED,
+            "send": Status.CONFIRMED,
+            "notify": Status.DENIED_UNRESOLVED,
+        }
     finally:
         registry.close()
 
@@ -330,7 +525,9 @@ class Scripted:
                 n = int(self.headers.get("Content-Length") or 0)
                 if n:
                     self.rfile.read(n)
-                key = f"{self.command} {self.path.split('/')[2] if self.path.count('/') > 1 else ''}"
+                key = (
+                    f"{self.command} {self.path.split('/')[2] if self.path.count('/') > 1 else ''}"
+                )
                 code, body, length = outer.replies.get(key, (404, b"{}", True))
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
@@ -420,10 +617,12 @@ def test_huge_reply_is_refused_without_reading_it(declared: bool) -> None:
         (b'"just a string"', b'{"id": {"nested": true}}'),
         (b'{"status": ["booked"]}', b"not json at all"),
         (b"\xff\xfe\xfd", b'{"status": null}'),
-        (b"", b"{\"status\": \"applied\", \"id\": 7}"),
+        (b"", b'{"status": "applied", "id": 7}'),
     ],
 )
-def test_replies_with_wrong_types_or_missing_fields(db_path: Path, reply: bytes, query: bytes) -> None:
+def test_replies_with_wrong_types_or_missing_fields(
+    db_path: Path, reply: bytes, query: bytes
+) -> None:
     """Bodies the provider cannot read prove nothing: never CONFIRMED by the reply,
     never a traceback; the action ends unresolved (or confirmed by a query that says
     applied, the provider's own word)."""
@@ -431,9 +630,20 @@ def test_replies_with_wrong_types_or_missing_fields(db_path: Path, reply: bytes,
         server.replies["POST book"] = (200, reply, True)
         server.replies["POST send"] = (202, reply, True)
         server.replies["GET effects"] = (200, query, True)
-        registry = Registry({"s": {"type": "sim", "base_url": server.url, "timeout": 0.5,
-                                   "consistency_window": 0.0, "verify_interval": 0.05,
-                                   "verify_deadline": 0.2, "attempts": 1}}, source="test")
+        registry = Registry(
+            {
+                "s": {
+                    "type": "sim",
+                    "base_url": server.url,
+                    "timeout": 0.5,
+                    "consistency_window": 0.0,
+                    "verify_interval": 0.05,
+                    "verify_deadline": 0.2,
+                    "attempts": 1,
+                }
+            },
+            source="test",
+        )
         try:
             with Ledger.open(db_path) as ledger:
                 d = Dispatcher(ledger, registry)
@@ -445,7 +655,9 @@ def test_replies_with_wrong_types_or_missing_fields(db_path: Path, reply: bytes,
                 for op in ("book", "send"):
                     rec = ledger.get(op)
                     applied_by_query = b'"applied"' in query
-                    assert rec.status is (Status.CONFIRMED if applied_by_query else Status.DENIED_UNRESOLVED)
+                    assert rec.status is (
+                        Status.CONFIRMED if applied_by_query else Status.DENIED_UNRESOLVED
+                    )
                     if rec.status is Status.CONFIRMED:
                         assert rec.confirmed_by == "reconciliation"
         finally:
@@ -463,7 +675,6 @@ def test_huge_reply_through_the_command_line(env: dict[str, Any]) -> None:
     assert "reply larger than 1048576 bytes, not read" in outcome[0]["detail"]["tries"][0]["detail"]
 
 
-
 @pytest.mark.parametrize(
     ("reply", "query"),
     [
@@ -475,8 +686,9 @@ def test_huge_reply_through_the_command_line(env: dict[str, Any]) -> None:
         (b"\xff\xfe", b"\xff\xfe"),  # invalid UTF-8
     ],
 )
-def test_http_provider_replies_that_miss_their_pointers(db_path: Path, reply: bytes,
-                                                         query: bytes) -> None:
+def test_http_provider_replies_that_miss_their_pointers(
+    db_path: Path, reply: bytes, query: bytes
+) -> None:
     """The declarative http provider (docs/providers.md): replies whose JSON pointers find
     nothing, or find the wrong type, prove nothing and raise nothing."""
     with Scripted() as server:

@@ -18,8 +18,14 @@ from settled.ledger import Ledger
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer
 
-NOT_JSON = ['{"a": NaN}', '{"a": Infinity}', '{"a": -Infinity}', '{"a": 1e999}',
-            '{"a": "\\ud800"}', '{"\\udfff": 1}']
+NOT_JSON = [
+    '{"a": NaN}',
+    '{"a": Infinity}',
+    '{"a": -Infinity}',
+    '{"a": 1e999}',
+    '{"a": "\\ud800"}',
+    '{"\\udfff": 1}',
+]
 
 
 @pytest.mark.parametrize("raw", NOT_JSON)

@@ -36,8 +36,9 @@ def _mode(path: Path) -> int:
 
 @pytest.mark.sqlite_only
 @pytest.mark.parametrize("umask", [0o000, 0o022, 0o077])
-def test_ledger_and_its_wal_are_0600_whatever_the_umask(tmp_path: Path, umask: int,
-                                                         registry: Registry) -> None:
+def test_ledger_and_its_wal_are_0600_whatever_the_umask(
+    tmp_path: Path, umask: int, registry: Registry
+) -> None:
     old = os.umask(umask)
     try:
         path = tmp_path / "private.db"
@@ -98,7 +99,10 @@ PG_UPSERT = (
             " ON CONFLICT(id) DO UPDATE SET actor = 'mallory'",
             PG_UPSERT,
         ),
-        ("UPDATE OR REPLACE events SET id = 2 WHERE id = 1", "UPDATE events SET attempt = 2 WHERE id = 1"),
+        (
+            "UPDATE OR REPLACE events SET id = 2 WHERE id = 1",
+            "UPDATE events SET attempt = 2 WHERE id = 1",
+        ),
         ("DELETE FROM actions WHERE action_id = 'a'", "TRUNCATE actions CASCADE"),
     ],
 )
@@ -147,8 +151,15 @@ def test_resolve_records_its_actor(ledger: Ledger, registry: Registry) -> None:
     d = Dispatcher(ledger, registry)
     d.submit("sim", "notify", {}, action_id="n")  # blind: unresolved at once
     assert ledger.get("n").status is Status.DENIED_UNRESOLVED
-    done = resolve(ledger, "n", applied=True, reason="customer confirmed by phone", by="alice",
-                   now=utcnow(), evidence="call 17")
+    done = resolve(
+        ledger,
+        "n",
+        applied=True,
+        reason="customer confirmed by phone",
+        by="alice",
+        now=utcnow(),
+        evidence="call 17",
+    )
     assert done.status is Status.CONFIRMED and done.confirmed_by == "operator:alice"
     last = ledger.events("n")[-1]
     assert (last.kind, last.actor) == ("resolved", "operator:alice")
@@ -158,8 +169,9 @@ def test_resolve_records_its_actor(ledger: Ledger, registry: Registry) -> None:
 
 def test_cli_resolve_records_its_actor(sim_config: Path, sim: SimServer) -> None:
     assert run_cli("dispatch", "sim", "notify", "--action-id", "n").returncode == 4
-    done = run_cli("resolve", "n", "--applied", "--reason", "seen in the inbox", "--by", "bob",
-                   "--json")
+    done = run_cli(
+        "resolve", "n", "--applied", "--reason", "seen in the inbox", "--by", "bob", "--json"
+    )
     assert done.returncode == 0, done.stderr
     shown = json.loads(run_cli("show", "n", "--json").stdout)
     assert shown["confirmed_by"] == "operator:bob"
@@ -197,14 +209,20 @@ class _Capture:
                 self.rfile.read(n)
                 outer.headers.append(dict(self.headers))
                 if echo:  # some APIs echo the request in their errors
-                    self._reply(401, {"error": "bad token", "got": self.headers.get("Authorization")})
+                    self._reply(
+                        401, {"error": "bad token", "got": self.headers.get("Authorization")}
+                    )
                 else:
                     self._reply(202, {"id": "m-1", "status": "queued"})
 
             def do_GET(self) -> None:
                 outer.headers.append(dict(self.headers))
-                self._reply(200, {"status": "delivered", "auth": self.headers.get("Authorization")}
-                            if echo else {"status": "delivered"})
+                self._reply(
+                    200,
+                    {"status": "delivered", "auth": self.headers.get("Authorization")}
+                    if echo
+                    else {"status": "delivered"},
+                )
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -256,10 +274,27 @@ def test_header_secrets_never_reach_ledger_events_logs_or_json(
         )
         env = {"MAIL_TOKEN": SECRET, "SETTLED_CONFIG": str(config), "SETTLED_DEBUG": ""}
         outputs = [
-            run_cli("dispatch", "mail", "send", "--params", '{"to": "a@example.com"}',
-                    "--action-id", "m", "--json", env=env),
-            run_cli("dispatch", "mail", "send", "--params", '{"to": "b@example.com"}',
-                    "--action-id", "m2", env=env),
+            run_cli(
+                "dispatch",
+                "mail",
+                "send",
+                "--params",
+                '{"to": "a@example.com"}',
+                "--action-id",
+                "m",
+                "--json",
+                env=env,
+            ),
+            run_cli(
+                "dispatch",
+                "mail",
+                "send",
+                "--params",
+                '{"to": "b@example.com"}',
+                "--action-id",
+                "m2",
+                env=env,
+            ),
             run_cli("show", "m", "--json", env=env),
             run_cli("show", "m", env=env),
             run_cli("queue", "--status", "all", "--json", env=env),
@@ -298,7 +333,9 @@ def test_a_ledger_from_before_the_replace_guard_is_upgraded(populated: Path) -> 
         assert ledger.integrity_check() == "ok"
     conn = sqlite3.connect(populated, isolation_level=None)
     try:
-        triggers = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='trigger'")}
+        triggers = {
+            r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='trigger'")
+        }
         assert {"events_no_replace", "actions_no_replace"} <= triggers
         with pytest.raises(sqlite3.IntegrityError):
             conn.execute(f"REPLACE INTO events ({EVENT_COLUMNS}) VALUES (1, {FORGED})")

@@ -198,8 +198,11 @@ class LedgerMachine(RuleBasedStateMachine):
         the host's clock from the boot's anchor."""
         self.clock = HostClock(self.host, self.anchor)
         self.dispatcher = Dispatcher(
-            self.ledger, self.registry, clock=self.clock,
-            settings=DispatchSettings(lease_grace=2.0, backoff=0.05), actor="machine",
+            self.ledger,
+            self.registry,
+            clock=self.clock,
+            settings=DispatchSettings(lease_grace=2.0, backoff=0.05),
+            actor="machine",
         )
         self.reconciler = Reconciler(self.ledger, self.registry, clock=self.clock, lease=3.0)
 
@@ -232,14 +235,18 @@ class LedgerMachine(RuleBasedStateMachine):
             if all(r.next_check_at is None for r in self.ledger.query()):
                 break
         pending = {r.action_id for r in self.ledger.query(statuses=["PENDING"])}
-        statuses = check(self.ledger, self.sim, ids=self.ids, dedupes=self.dedupe,
-                         final=True, open_ok=pending)
+        statuses = check(
+            self.ledger, self.sim, ids=self.ids, dedupes=self.dedupe, final=True, open_ok=pending
+        )
         STATS.update({f"final:{k}": v for k, v in statuses.items()})
 
     # ---------------------------------------------------------------- rules
-    @rule(target=actions, op=st.sampled_from(OPS),
-          faults=st.lists(st.sampled_from(FAULTS), max_size=3),
-          later=st.sampled_from([False, False, True]))
+    @rule(
+        target=actions,
+        op=st.sampled_from(OPS),
+        faults=st.lists(st.sampled_from(FAULTS), max_size=3),
+        later=st.sampled_from([False, False, True]),
+    )
     def submit(self, op: str, faults: list[str], later: bool) -> str:
         aid = self._new_id()
         params = {"name": f"n-{aid}", "value": len(faults)}
@@ -328,17 +335,32 @@ class LedgerMachine(RuleBasedStateMachine):
     def resolve(self, aid: str, who: str) -> None:
         rec = self.ledger.get(aid)
         applied = self.sim.effects_for(aid) > 0  # a truthful operator
-        allowed = rec.status is Status.DENIED_UNRESOLVED or (
-            rec.status is Status.AWAITING_VERIFICATION and rec.requires_manual_verification
-        ) or (rec.terminal and rec.contradiction is not None)
+        allowed = (
+            rec.status is Status.DENIED_UNRESOLVED
+            or (rec.status is Status.AWAITING_VERIFICATION and rec.requires_manual_verification)
+            or (rec.terminal and rec.contradiction is not None)
+        )
         if not allowed:
             with pytest.raises(TransitionNotAllowed):
-                resolve(self.ledger, aid, applied=applied, reason="checked", by=who,
-                        now=self.clock.now())
+                resolve(
+                    self.ledger,
+                    aid,
+                    applied=applied,
+                    reason="checked",
+                    by=who,
+                    now=self.clock.now(),
+                )
             STATS["resolve:refused"] += 1
             return
-        done = resolve(self.ledger, aid, applied=applied, reason="checked by hand", by=who,
-                       now=self.clock.now(), evidence="ticket 1")
+        done = resolve(
+            self.ledger,
+            aid,
+            applied=applied,
+            reason="checked by hand",
+            by=who,
+            now=self.clock.now(),
+            evidence="ticket 1",
+        )
         assert done.status is (Status.CONFIRMED if applied else Status.FAILED)
         assert done.contradiction is None
         last = self.ledger.events(aid)[-1]
@@ -374,8 +396,9 @@ class LedgerMachine(RuleBasedStateMachine):
         assert abs(self.clock.inner.drift() - drift - seconds) < 1e-6
         STATS["clock_step"] += 1
 
-    @rule(target=actions, op=st.sampled_from(OPS), fault=st.sampled_from(FAULTS),
-          looked=st.booleans())
+    @rule(
+        target=actions, op=st.sampled_from(OPS), fault=st.sampled_from(FAULTS), looked=st.booleans()
+    )
     def dispatcher_stalls_past_its_lease(self, op: str, fault: str, looked: bool) -> str:
         """Stopped right after its claim commits, for longer than its lease (Ctrl-Z, a
         paused VM, slow DNS), with or without a reconciler taking the record over
@@ -411,8 +434,12 @@ class LedgerMachine(RuleBasedStateMachine):
         assert self._status(aid) is Status.IN_FLIGHT  # the claim stays, leased
         STATS[f"crash:{where}"] += 1
 
-    @rule(target=actions, op=st.sampled_from(OPS), fault=st.sampled_from(FAULTS),
-          where=st.sampled_from(["before_send", "after_send"]))
+    @rule(
+        target=actions,
+        op=st.sampled_from(OPS),
+        fault=st.sampled_from(FAULTS),
+        where=st.sampled_from(["before_send", "after_send"]),
+    )
     def crash_on_submit(self, op: str, fault: str, where: str) -> str:
         aid = self._new_id()
         self.params[aid] = {"name": f"n-{aid}", "value": 0}
@@ -426,12 +453,17 @@ class LedgerMachine(RuleBasedStateMachine):
         STATS[f"crash:{where}"] += 1
         return aid
 
-    @rule(target=actions, op=st.sampled_from(OPS),
-          faults=st.lists(st.sampled_from(FAULTS), min_size=1, max_size=4),
-          repeat=st.booleans(), concurrency=st.sampled_from([1, 3]),
-          crash=st.sampled_from([None, None, "before_send", "after_send"]))
-    def submit_bulk(self, op: str, faults: list[str], repeat: bool, concurrency: int,
-                    crash: str | None) -> Any:
+    @rule(
+        target=actions,
+        op=st.sampled_from(OPS),
+        faults=st.lists(st.sampled_from(FAULTS), min_size=1, max_size=4),
+        repeat=st.booleans(),
+        concurrency=st.sampled_from([1, 3]),
+        crash=st.sampled_from([None, None, "before_send", "after_send"]),
+    )
+    def submit_bulk(
+        self, op: str, faults: list[str], repeat: bool, concurrency: int, crash: str | None
+    ) -> Any:
         """A bulk dispatch (groups of 2): each new line is sent at most once and
         settles past IN_FLIGHT; a line repeating an existing id sends nothing; a crash
         of one send leaves that action claimed and the rest of what was sent written."""
@@ -515,12 +547,17 @@ class LedgerMachine(RuleBasedStateMachine):
         STATS["late_outcome"] += 1
         return aid
 
-    @rule(target=actions, name=st.sampled_from(["tz", "lang"]),
-          value=st.sampled_from(["a", "b"]),
-          faults=st.tuples(st.sampled_from(FAULTS), st.sampled_from(FAULTS)),
-          second_later=st.booleans(), interleave=st.booleans())
-    def two_sets_of_the_same_change(self, name: str, value: str, faults: tuple[str, str],
-                                    second_later: bool, interleave: bool) -> Any:
+    @rule(
+        target=actions,
+        name=st.sampled_from(["tz", "lang"]),
+        value=st.sampled_from(["a", "b"]),
+        faults=st.tuples(st.sampled_from(FAULTS), st.sampled_from(FAULTS)),
+        second_later=st.booleans(),
+        interleave=st.booleans(),
+    )
+    def two_sets_of_the_same_change(
+        self, name: str, value: str, faults: tuple[str, str], second_later: bool, interleave: bool
+    ) -> Any:
         """Two actions ask for the same setting change (snapshot attribution): whatever
         their faults, an observed change is confirmed for one only when no other action
         could have made it. With ``interleave`` the second is sent between the first's
@@ -532,8 +569,9 @@ class LedgerMachine(RuleBasedStateMachine):
             self.sim.plan(aid, fault)
 
         def send_second() -> None:
-            self.dispatcher.submit("sim", "set", params, action_id=second,
-                                   needs_confirmation=second_later)
+            self.dispatcher.submit(
+                "sim", "set", params, action_id=second, needs_confirmation=second_later
+            )
 
         if interleave:  # after the first's snapshot, before its request
             self.provider.during_send = send_second
@@ -544,10 +582,13 @@ class LedgerMachine(RuleBasedStateMachine):
         STATS["same_change"] += 1
         return multiple(first, second)
 
-    @rule(target=actions, op=st.sampled_from(OPS), fault=st.sampled_from(FAULTS),
-          check_too=st.booleans())
-    def lease_expires_before_the_outcome_commits(self, op: str, fault: str,
-                                                  check_too: bool) -> str:
+    @rule(
+        target=actions,
+        op=st.sampled_from(OPS),
+        fault=st.sampled_from(FAULTS),
+        check_too=st.booleans(),
+    )
+    def lease_expires_before_the_outcome_commits(self, op: str, fault: str, check_too: bool) -> str:
         """The reply is in, but before the dispatcher commits its outcome its lease
         expires and a reconciler takes the record over (and, with ``check_too``, checks
         it again): the late outcome may settle an unresolved record with what it

@@ -533,5 +533,7 @@ def test_plain_params_body_is_accepted(server: SimServer, client: httpx.Client) 
     assert (req["reconciliation_key"], req["idempotency_key"]) == ("rk-p", "a-plain:1")
     assert server.effect_view("rk-p") == {"status": "delivered", "id": r.json()["id"]}
     # No idempotency key: the action is named by the reconciliation key.
-    assert client.post(f"{server.url}/v1/book", json={"reconciliation_key": "rk-q"}).status_code == 201
+    assert (
+        client.post(f"{server.url}/v1/book", json={"reconciliation_key": "rk-q"}).status_code == 201
+    )
     assert server.effects_for("rk-q") == 1

@@ -263,11 +263,19 @@ def register(app: typer.Typer) -> None:
         ),
         as_json: bool = typer.Option(False, "--json", help="Print the record as JSON."),
         from_: str = typer.Option(
-            None, "--from", metavar="FILE|-", show_default=False,
+            None,
+            "--from",
+            metavar="FILE|-",
+            show_default=False,
             help="Bulk: JSON lines {action_id, params} from FILE, or - for stdin.",
         ),
         concurrency: int = typer.Option(
-            None, "--concurrency", metavar="N", min=1, max=100, show_default=False,
+            None,
+            "--concurrency",
+            metavar="N",
+            min=1,
+            max=100,
+            show_default=False,
             help="With --from: requests in flight at once (default: the provider's).",
         ),
     ) -> None:

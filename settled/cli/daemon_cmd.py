@@ -52,7 +52,12 @@ def register(app: typer.Typer) -> None:
             60.0, "--heartbeat", metavar="S", help="Seconds between heartbeat lines."
         ),
         concurrency: int = typer.Option(
-            None, "--concurrency", metavar="N", min=1, max=100, show_default=False,
+            None,
+            "--concurrency",
+            metavar="N",
+            min=1,
+            max=100,
+            show_default=False,
             help="Queries in flight at once (default [reconcile] concurrency, else each "
             "provider's).",
         ),

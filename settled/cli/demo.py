@@ -114,9 +114,7 @@ def _run(db: str, *, kept: bool) -> None:
 def _confirm_race(d: Any, server: Any, con: Any) -> None:
     """The late-confirmation race, in miniature: two confirms, one request."""
     server.plan("demo-confirm", "ok")
-    d.submit(
-        "sim", "book", {"slot": "10:00"}, action_id="demo-confirm", needs_confirmation=True
-    )
+    d.submit("sim", "book", {"slot": "10:00"}, action_id="demo-confirm", needs_confirmation=True)
     a = d.confirm("demo-confirm")
     b = d.confirm("demo-confirm")
     con.print()
@@ -127,7 +125,6 @@ def _confirm_race(d: Any, server: Any, con: Any) -> None:
             f"{len(server.requests_for('demo-confirm'))} request(s)"
         )
     )
-
 
 
 def _settle(ledger: Any, registry: Any, con: Any) -> None:

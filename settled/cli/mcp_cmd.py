@@ -58,7 +58,9 @@ def register(app: typer.Typer) -> None:
         try:
             import mcp as _sdk  # noqa: F401  (only to tell a missing extra apart)
         except ImportError:
-            raise MissingExtra("settled mcp needs the MCP SDK: pip install 'settled[mcp]'") from None
+            raise MissingExtra(
+                "settled mcp needs the MCP SDK: pip install 'settled[mcp]'"
+            ) from None
         from ..agents.core import Toolbox
         from ..agents.mcp_server import POOL, build_server, serve
 

@@ -114,6 +114,7 @@ def print_trimmed(con: Any, renderable: Any) -> None:
     con.file.write("\n".join(line.rstrip(" ") for line in cap.get().split("\n")))
     con.file.flush()
 
+
 STATUS_STYLE = {
     "CONFIRMED": "green",
     "FAILED": "red",

@@ -240,7 +240,12 @@ def reconcile(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the pass report as JSON."),
     concurrency: int = typer.Option(
-        None, "--concurrency", metavar="N", min=1, max=100, show_default=False,
+        None,
+        "--concurrency",
+        metavar="N",
+        min=1,
+        max=100,
+        show_default=False,
         help="With --due: queries in flight at once (default [reconcile] concurrency, "
         "else each provider's).",
     ),
@@ -269,6 +274,7 @@ def reconcile(
         raise typer.Exit(EXIT_BY_STATUS[STATE.ledger().get(ids[0]).status])
     raise typer.Exit(0)
 
+
 def resolve(
     action_ids: list[str] = typer.Argument(
         None,
@@ -283,9 +289,7 @@ def resolve(
         help="Your verdict: the effect happened, or it did not.",
         show_default=False,
     ),
-    reason: str = typer.Option(
-        ..., "--reason", metavar="TEXT", help="How you know (required)."
-    ),
+    reason: str = typer.Option(..., "--reason", metavar="TEXT", help="How you know (required)."),
     evidence: str = typer.Option(
         None, "--evidence", metavar="TEXT", help="A reference: ticket, log line, URL."
     ),
@@ -331,9 +335,7 @@ def resolve(
         help="Select actions created longer ago than e.g. 1d.",
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only show what would be settled."),
-    yes: bool = typer.Option(
-        False, "--yes", "-y", help="Do not ask before settling a selection."
-    ),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before settling a selection."),
     as_json: bool = typer.Option(False, "--json", help="Print the record(s) as JSON."),
 ) -> None:
     import click
@@ -348,9 +350,7 @@ def resolve(
     ids, from_stdin = _read_ids(action_ids or [])
     selecting = any(v is not None for v in (provider, operation, status, older_than))
     if not ids and not selecting and not from_stdin:
-        raise click.UsageError(
-            "give ACTION_IDs, - (ids on stdin), or selectors such as --provider"
-        )
+        raise click.UsageError("give ACTION_IDs, - (ids on stdin), or selectors such as --provider")
     ledger = STATE.ledger(create=False)
     now = ledger.clock(anchor=False).now()  # a refused or previewed resolve writes nothing
     verdict["now"] = now
@@ -425,6 +425,7 @@ def _confirmed(n: int, *, asked: bool) -> bool:
             "to ask (review with --dry-run, then add --yes)"
         )
     return _ask(n)
+
 
 def retry(
     action_id: str = typer.Argument(
