@@ -27,9 +27,9 @@ from settled.providers.sim_server import SimServer
 
 BACKENDS = ("sqlite", "postgres")
 LEDGER_FREE = {
-    "test_client", "test_cli_usage", "test_cookbook", "test_docs_operator", "test_docs_providers",
-    "test_model", "test_rel_cli_usage", "test_rel_redaction", "test_sim", "test_static",
-    "test_wire",
+    "test_api", "test_client", "test_cli_usage", "test_cookbook", "test_docs", "test_docs_operator",
+    "test_docs_providers", "test_http_config", "test_model", "test_rel_cli_usage",
+    "test_rel_redaction", "test_sim", "test_static", "test_wire",
 }  # fmt: skip
 
 
@@ -38,10 +38,12 @@ LEDGER_FREE = {
 # replies, rendering, and the agents' tool surfaces. The ledger operations they use
 # (record and claim, moves, due batches, reads) are the ones the ledger, flow, CLI and
 # reliability modules run on both backends; run once, on SQLite, they keep the whole
-# suite within its time on two cores.
+# suite within its time on two cores. A single test of that kind in a module that
+# otherwise runs on both is marked ``ledger_incidental``: help and usage text, config
+# and reply parsing, input refused before a ledger is opened.
 INCIDENTAL = {
     "test_agents", "test_caldav", "test_cli_render", "test_cli_terminal", "test_http",
-    "test_http_shape", "test_mcp", "test_mcp_process", "test_real_caldav",
+    "test_http_shape", "test_imports", "test_mcp", "test_mcp_process", "test_real_caldav",
     "test_real_datasette", "test_real_jsonserver", "test_rel_fault_matrix",
     "test_rel_fault_matrix_http",
 }  # fmt: skip
@@ -50,6 +52,9 @@ INCIDENTAL = {
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "sqlite_only: about the SQLite file itself; runs once")
     config.addinivalue_line("markers", "postgres_only: about the PostgreSQL ledger itself")
+    config.addinivalue_line(
+        "markers", "ledger_incidental: the ledger is not what it proves; runs once, on SQLite"
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -58,8 +63,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     node = metafunc.definition
     if node.get_closest_marker("postgres_only"):
         metafunc.parametrize("backend", ["postgres"], indirect=True, ids=["pg"])
-    elif node.get_closest_marker("sqlite_only") or metafunc.module.__name__ in (
-        LEDGER_FREE | INCIDENTAL
+    elif (
+        node.get_closest_marker("sqlite_only")
+        or node.get_closest_marker("ledger_incidental")
+        or metafunc.module.__name__ in (LEDGER_FREE | INCIDENTAL)
     ):
         return
     else:

@@ -85,6 +85,7 @@ def test_a_failure_while_printing_after_the_send_keeps_the_records_code(
 # -- bounded input ----------------------------------------------------------------------
 
 
+@pytest.mark.ledger_incidental
 @pytest.mark.parametrize("source", ["@/dev/zero", "-"])
 def test_params_are_read_up_to_a_cap(
     sim_config: Path, sim: SimServer, db_path: Path, source: str
@@ -97,12 +98,14 @@ def test_params_are_read_up_to_a_cap(
     assert sim.truth()["requests"] == [] and not db_path.exists()
 
 
+@pytest.mark.ledger_incidental
 @pytest.mark.parametrize("interval", ["1e300", "inf", "86401"])
 def test_daemon_interval_out_of_range_is_one_line(sim_config: Path, interval: str) -> None:
     out = run_cli("daemon", "--interval", interval)
     assert out.returncode == 1 and out.stderr.count("\n") == 1 and "--interval" in out.stderr
 
 
+@pytest.mark.ledger_incidental
 def test_ctrl_c_during_start_up_never_shows_a_traceback(tmp_path: Path) -> None:
     """SIGINT at many moments of the first few hundred ms: exit 130 (or killed by the
     signal before Python set its handler), never a traceback."""
@@ -258,6 +261,7 @@ def test_reconcile_prints_results_as_they_come(
         proc.communicate()
 
 
+@pytest.mark.ledger_incidental
 def test_demo_keep_leaves_a_ledger_its_hint_works_on(tmp_path: Path) -> None:
     keep = tmp_path / "demo"
     out = run_cli("demo", "--keep", str(keep), timeout=120)
@@ -291,6 +295,7 @@ COMMANDS = [
 ]
 
 
+@pytest.mark.ledger_incidental
 @pytest.mark.parametrize("cmd", COMMANDS)
 def test_help_has_examples_and_clean_metavars(cmd: str) -> None:
     out = run_cli(*cmd.split(), "-h", env={"COLUMNS": "100"})
@@ -301,11 +306,13 @@ def test_help_has_examples_and_clean_metavars(cmd: str) -> None:
     )
 
 
+@pytest.mark.ledger_incidental
 def test_version() -> None:
     out = run_cli("--version")
     assert out.returncode == 0 and re.fullmatch(r"settled \S+\n", out.stdout)
 
 
+@pytest.mark.ledger_incidental
 @pytest.mark.parametrize("shell", ["bash", "zsh"])
 def test_completion_scripts_are_generated(shell: str) -> None:
     out = run_cli(
@@ -368,6 +375,7 @@ def test_completion_without_a_ledger_completes_nothing_and_creates_none(db_path:
     assert out.returncode == 0 and out.stdout.strip() == "" and not db_path.exists()
 
 
+@pytest.mark.ledger_incidental
 def test_import_settled_cli_loads_no_daemon_or_metrics_library() -> None:
     code = (
         "import sys, settled.cli; print(sorted(m for m in ('apscheduler', 'httpx', "
@@ -379,6 +387,7 @@ def test_import_settled_cli_loads_no_daemon_or_metrics_library() -> None:
     assert out.stdout.strip() == "[]", out.stderr
 
 
+@pytest.mark.ledger_incidental
 @pytest.mark.parametrize(
     "argv", [["\x1b[2Jbogus"], ["queue", "--\x1b]8;;x\x07"], ["show", "a", "--\u202eevil"]]
 )

@@ -275,6 +275,7 @@ def test_fuzzed_params(env: dict[str, Any], raw: str) -> None:
         assert isinstance(record["params"], dict) and record["status"] == "CONFIRMED"
 
 
+@pytest.mark.ledger_incidental
 @pytest.mark.parametrize("content", [b"\xff\xfe{}", b'{"a": "\xc3\x28"}', b"", b"\x00" * 10])
 def test_params_file_that_is_not_utf8_json(env: dict[str, Any], content: bytes) -> None:
     (env["tmp"] / "p.json").write_bytes(content)
@@ -340,6 +341,7 @@ CONFIG_LINES = st.lists(
 )
 
 
+@pytest.mark.ledger_incidental
 @given(lines=CONFIG_LINES)
 @FUZZ
 def test_fuzzed_config_files(env: dict[str, Any], lines: list[str]) -> None:
@@ -358,6 +360,7 @@ def test_fuzzed_config_files(env: dict[str, Any], lines: list[str]) -> None:
         before = dump(env["db"])
 
 
+@pytest.mark.ledger_incidental
 @pytest.mark.parametrize(
     "content",
     [
@@ -420,6 +423,7 @@ def test_sql_injection_in_ids_and_filters(env: dict[str, Any], evil: str) -> Non
 # ------------------------------------------------------------------------ provider replies
 
 
+@pytest.mark.ledger_incidental
 def test_status_codes_in_and_outside_rfc_ranges(sim: SimServer, ledger: Ledger) -> None:
     """Every code the sim can answer (200..999) on a full and a reconcilable operation:
     no false status; FAILED exactly for the validation rejections (4xx but 408/429)."""
@@ -485,6 +489,7 @@ def test_status_codes_in_and_outside_rfc_ranges(sim: SimServer, ledger: Ledger) 
         registry.close()
 
 
+@pytest.mark.ledger_incidental
 @pytest.mark.parametrize("fault", ["garbage", "badutf8", "huge"])
 def test_garbled_replies_after_applying(sim: SimServer, ledger: Ledger, fault: str) -> None:
     registry = Registry({"sim": sim_conf(sim, attempts=1)}, source="test")
@@ -589,6 +594,7 @@ def _request(aid: str, op: str = "send") -> Request:
     return Request(aid, op, {}, f"{aid}:1", f"rk-{aid}", 1, 5.0)
 
 
+@pytest.mark.ledger_incidental
 @pytest.mark.parametrize("declared", [False, True], ids=["chunked", "content-length"])
 def test_huge_reply_is_refused_without_reading_it(declared: bool) -> None:
     with Scripted() as server, httpx.Client() as client:
@@ -609,6 +615,7 @@ def test_huge_reply_is_refused_without_reading_it(declared: bool) -> None:
         assert server.written.get("POST send", 0) < HUGE // 2
 
 
+@pytest.mark.ledger_incidental
 @pytest.mark.parametrize(
     ("reply", "query"),
     [
@@ -664,6 +671,7 @@ def test_replies_with_wrong_types_or_missing_fields(
             registry.close()
 
 
+@pytest.mark.ledger_incidental
 def test_huge_reply_through_the_command_line(env: dict[str, Any]) -> None:
     """The sim's ``huge`` fault (8 MiB with Content-Length) through a real process."""
     env["sim"].plan("huge-1", "huge")
@@ -675,6 +683,7 @@ def test_huge_reply_through_the_command_line(env: dict[str, Any]) -> None:
     assert "reply larger than 1048576 bytes, not read" in outcome[0]["detail"]["tries"][0]["detail"]
 
 
+@pytest.mark.ledger_incidental
 @pytest.mark.parametrize(
     ("reply", "query"),
     [
