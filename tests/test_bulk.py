@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -357,21 +358,29 @@ def test_a_throttled_provider_is_left_alone_and_no_budget_is_spent(
     sim: SimServer, registry: Registry, ledger: Ledger, concurrency: int
 ) -> None:
     """The first query is answered 429: the rows of the batch still waiting are put
-    back to after the pause, unchecked, their budget unspent."""
+    back to after the pause, unchecked, their budget unspent. Queries already in flight
+    when the 429 came back finish (here they are held until the pause is taken, so that
+    none can finish first and start another on a loaded machine); none starts after."""
     ids = _awaiting(ledger, registry, 10)
+    held: list[Any] = []
 
     def throttle(n: int, target: Any) -> Observation | None:
         if n == 1:
             return Observation(
                 Seen.UNKNOWN, detail="unexpected reply HTTP 429", evidence={"status_code": 429}
             )
+        deadline = time.monotonic() + 5
+        while held[0].closed_for() <= 0 and time.monotonic() < deadline:
+            time.sleep(0.002)
         return None
 
     spy = Counting(registry.provider("sim"), throttle)
     reg = Registry({}, source="test")
     reg.add(spy)
     start = to_text(Clock().now())
-    report = Reconciler(ledger, reg, clock=Clock(), concurrency=concurrency).run_due()
+    reconciler = Reconciler(ledger, reg, clock=Clock(), concurrency=concurrency)
+    held.append(reconciler.gates["sim"])
+    report = reconciler.run_due()
     assert spy.calls <= concurrency
     assert report.counts().get("CONFIRMED", 0) <= concurrency - 1
     put_back = [ledger.get(a) for a in ids if ledger.get(a).status is Status.AWAITING_VERIFICATION]

@@ -105,7 +105,7 @@ def test_queue_fits_the_terminal_with_ids_whole(filled: list[str], width: int) -
     if width == 200:
         assert all(
             col in head.split() for col in ("age", "operation", "tier", "att", "next", "why")
-        )
+        ), screen
     else:  # the stated order: att, tier, operation, age, next give way; why goes beneath
         assert "att" not in head.split() and "why" not in head.split()
         assert sum(line.startswith("    why: ") for line in lines) == len(filled)

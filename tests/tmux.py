@@ -37,6 +37,8 @@ def run_in_terminal(
     sock = f"settled-test-{uuid.uuid4().hex[:8]}"
     full_env = {**os.environ, **(env or {})}
     full_env.pop("NO_COLOR", None)
+    for sized in ("COLUMNS", "LINES"):  # the pane's size is the terminal's, nothing else
+        full_env.pop(sized, None)
     full_env["TERM"] = "xterm-256color"
     cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "settled", *args])
     envs = " ".join(
