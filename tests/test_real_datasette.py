@@ -73,7 +73,7 @@ def world(
 def rows(url: str, ref: str | None) -> list[dict[str, Any]]:
     if ref is None:
         return []
-    got = httpx.get(f"{url}/shop/orders.json", params={"ref": ref, "_shape": "array"}, timeout=5)
+    got = httpx.get(f"{url}/shop/orders.json", params={"ref": ref, "_shape": "array"}, timeout=30)
     return [r for r in got.json() if r["ref"] == ref]
 
 
