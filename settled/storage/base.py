@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ..clock import Clock
+from ..clock import Clock, from_text
 from ..crashpoints import Probe, no_probe
 from ..errors import Conflict, NotFound
 from ..model import (
@@ -122,6 +122,27 @@ class DueBatch:
     leased: list[ActionRecord] = field(default_factory=list)  # next_check_at: the due time
     expired: list[tuple[ActionRecord, Move]] = field(default_factory=list)  # lost dispatchers
     committed: list[bool] = field(default_factory=list)  # the pending moves' guards
+
+
+def sort_due(
+    rows: Sequence[ActionRecord], now: datetime, owner: str
+) -> tuple[list[ActionRecord], list[ActionRecord], list[ActionRecord]]:
+    """A due batch's rows by what ``lease_due`` does with each, the same on every
+    backend: an ``IN_FLIGHT`` row whose dispatch lease still runs is not lost, so only
+    its schedule moves to the lease's end (``running``); one whose lease ran out is
+    expired (``lapsed``); every other row is leased to ``owner`` (``leased``, its
+    ``next_check_at`` still the due time, for ``hand_back``)."""
+    running: list[ActionRecord] = []
+    lapsed: list[ActionRecord] = []
+    leased: list[ActionRecord] = []
+    for rec in rows:
+        if rec.status is Status.IN_FLIGHT:
+            expires = from_text(rec.lease_expires_at)
+            (running if expires is not None and expires > now else lapsed).append(rec)
+        else:
+            rec.lease_owner = owner
+            leased.append(rec)
+    return running, lapsed, leased
 
 
 @dataclass
@@ -527,5 +548,6 @@ __all__ = [
     "Selection",
     "from_row",
     "same_action",
+    "sort_due",
     "to_row",
 ]

@@ -62,6 +62,7 @@ from .base import (
     from_row,
     recorded_detail,
     same_action,
+    sort_due,
     to_row,
 )
 
@@ -623,21 +624,16 @@ class PostgresLedger(Ledger):
             )
             rows = [from_row(dict(zip(COLUMNS, r, strict=True))) for r in cur.fetchall()]
             batch.selected = len(rows)
-            for rec in rows:
-                if rec.status is Status.IN_FLIGHT:
-                    expires = from_text(rec.lease_expires_at)
-                    if expires is not None and expires > now:  # not lost: fix its schedule
-                        cur.execute(
-                            "UPDATE actions SET next_check_at = %s WHERE action_id = %s",
-                            (rec.lease_expires_at, rec.action_id),
-                        )
-                        continue
-                    m = expire(rec)
-                    if self._apply(cur, m, everything=False) is not None:
-                        batch.expired.append((rec, m))
-                    continue
-                rec.lease_owner = owner  # rec.next_check_at keeps the due time, for hand_back
-                batch.leased.append(rec)
+            running, lapsed, batch.leased = sort_due(rows, now, owner)
+            for rec in running:
+                cur.execute(
+                    "UPDATE actions SET next_check_at = %s WHERE action_id = %s",
+                    (rec.lease_expires_at, rec.action_id),
+                )
+            for rec in lapsed:
+                m = expire(rec)
+                if self._apply(cur, m, everything=False) is not None:
+                    batch.expired.append((rec, m))
             if batch.leased:
                 cur.execute(
                     "UPDATE actions SET lease_owner = %s, next_check_at = %s"

@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 from ..clock import Clock, SteadyClock, boot_id, from_text, steady, to_text, utcnow
 from ..crashpoints import Probe, no_probe
 from ..errors import LedgerBusy, LedgerError, LedgerFull, LedgerReadOnly
-from ..model import ActionRecord, Event, EventKind, Status
+from ..model import ActionRecord, Event, EventKind
 from .base import (
     COLUMNS,
     DUE_STATUSES,
@@ -52,6 +52,7 @@ from .base import (
     from_row,
     recorded_detail,
     same_action,
+    sort_due,
     to_row,
 )
 
@@ -444,21 +445,15 @@ class SqliteLedger(Ledger):
             names = [d[0] for d in cur.description]
             rows = [from_row(dict(zip(names, r, strict=True))) for r in cur.fetchall()]
             batch.selected = len(rows)
-            for rec in rows:
-                if rec.status is Status.IN_FLIGHT:
-                    expires = from_text(rec.lease_expires_at)
-                    if expires is not None and expires > now:  # not lost: fix its schedule
-                        c.execute(
-                            "UPDATE actions SET next_check_at = ? WHERE action_id = ?",
-                            (rec.lease_expires_at, rec.action_id),
-                        )
-                        continue
-                    m = expire(rec)
-                    if self._apply(c, m, everything=False) is not None:
-                        batch.expired.append((rec, m))
-                    continue
-                rec.lease_owner = owner  # rec.next_check_at keeps the due time, for hand_back
-                batch.leased.append(rec)
+            running, lapsed, batch.leased = sort_due(rows, now, owner)
+            c.executemany(
+                "UPDATE actions SET next_check_at = ? WHERE action_id = ?",
+                [(rec.lease_expires_at, rec.action_id) for rec in running],
+            )
+            for rec in lapsed:
+                m = expire(rec)
+                if self._apply(c, m, everything=False) is not None:
+                    batch.expired.append((rec, m))
             c.executemany(  # one statement for the batch's leases
                 "UPDATE actions SET lease_owner = ?, next_check_at = ? WHERE action_id = ?",
                 [(owner, until, rec.action_id) for rec in batch.leased],
