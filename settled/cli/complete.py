@@ -71,3 +71,32 @@ def formats(incomplete: str) -> list[str]:
     from .render import FORMATS
 
     return [f for f in FORMATS if f.startswith(incomplete)]
+
+
+# -- the filter options that complete with these, as queue and resolve declare them ----------
+
+
+def provider_option(help: str) -> Any:
+    import typer
+
+    return typer.Option(None, "--provider", metavar="NAME", autocompletion=providers, help=help)
+
+
+def operation_option(help: str) -> Any:
+    import typer
+
+    return typer.Option(None, "--operation", metavar="NAME", autocompletion=operations, help=help)
+
+
+def status_option(help: str, metavar: str = "STATUS[,STATUS…]") -> Any:
+    import typer
+
+    return typer.Option(
+        None, "--status", metavar=metavar, autocompletion=statuses, help=help, show_default=False
+    )
+
+
+def older_than_option(help: str) -> Any:
+    import typer
+
+    return typer.Option(None, "--older-than", metavar="DURATION", help=help)

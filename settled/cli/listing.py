@@ -291,33 +291,14 @@ def register(app: typer.Typer) -> None:
 
     @app.command(help=QUEUE_HELP)
     def queue(
-        status: str = typer.Option(
-            None,
-            "--status",
-            metavar="STATUS[,STATUS…]|all",
-            autocompletion=complete.statuses,
-            help="Statuses to list (default: DENIED_UNRESOLVED, and contradicted ones).",
-            show_default=False,
+        status: str = complete.status_option(
+            "Statuses to list (default: DENIED_UNRESOLVED, and contradicted ones).",
+            "STATUS[,STATUS…]|all",
         ),
-        provider: str = typer.Option(
-            None,
-            "--provider",
-            metavar="NAME",
-            autocompletion=complete.providers,
-            help="Only this provider.",
-        ),
-        operation: str = typer.Option(
-            None,
-            "--operation",
-            metavar="NAME",
-            autocompletion=complete.operations,
-            help="Only this operation.",
-        ),
-        older_than: str = typer.Option(
-            None,
-            "--older-than",
-            metavar="DURATION",
-            help="Only actions created longer ago than e.g. 90s, 10m, 2h, 1d.",
+        provider: str = complete.provider_option("Only this provider."),
+        operation: str = complete.operation_option("Only this operation."),
+        older_than: str = complete.older_than_option(
+            "Only actions created longer ago than e.g. 90s, 10m, 2h, 1d."
         ),
         fail_if_any: bool = typer.Option(
             False, "--fail-if-any", help="Exit 4 when any action is listed (for monitors)."
