@@ -278,18 +278,24 @@ def _dispatch_in_process(
             d.submit("sim", op, {"to": aid}, action_id=aid)
 
 
-@pytest.mark.slow
-def test_reconciler_killed_at_every_step(
-    server: SimServer, config: Path, fresh_location: Callable[[str], Any]
-) -> None:
-    """Each reconciler crash point on its own ledger, the four reconcilers at once.
-    Work for every kind of check: an applied send and a bounced one waiting for
-    verification, a lost one, a partial delivery for a person, and a dispatcher that
-    died after sending (its lease expires)."""
-    dbs = {point: fresh_location(f"rec-{point.replace(':', '_')}.db") for point in RECONCILE_POINTS}
+def _ledgers_with_every_kind_of_check(
+    fresh_location: Callable[[str], Any],
+    config: Path,
+    server: SimServer,
+    file_prefix: str,
+    tag_prefix: str,
+) -> dict[str, Any]:
+    """One new ledger per reconciler crash point, each holding work for every kind of
+    check: an applied send and a bounced one waiting for verification, a lost one, a
+    partial delivery for a person, and a dispatcher killed after sending whose lease
+    has expired by the time this returns."""
+    dbs = {
+        point: fresh_location(f"{file_prefix}{point.replace(':', '_')}.db")
+        for point in RECONCILE_POINTS
+    }
     orphans = {}
     for point, db in dbs.items():
-        tag = point.replace(":", "_")
+        tag = tag_prefix + point.replace(":", "_")
         _dispatch_in_process(
             db,
             config,
@@ -302,20 +308,24 @@ def test_reconciler_killed_at_every_step(
             ],
         )
         orphans[point] = popen_cli(
-            "--db",
-            str(db),
-            "dispatch",
-            "sim",
-            "send",
-            "--action-id",
-            f"{tag}-orphan",
-            "--params",
-            "{}",
-            crash_at="after_reply",
-        )
+            "--db", str(db), "dispatch", "sim", "send", "--action-id", f"{tag}-orphan",
+            "--params", "{}", crash_at="after_reply",
+        )  # fmt: skip
     for point, (code, _, err) in _communicate_all(orphans).items():
         assert code == -signal.SIGKILL, (point, err)
-    time.sleep(0.5 + DISPATCH_LEASE_GRACE)  # the orphans' leases have expired
+    time.sleep(0.5 + DISPATCH_LEASE_GRACE)  # the orphans' dispatch leases have expired
+    return dbs
+
+
+@pytest.mark.slow
+def test_reconciler_killed_at_every_step(
+    server: SimServer, config: Path, fresh_location: Callable[[str], Any]
+) -> None:
+    """Each reconciler crash point on its own ledger, the four reconcilers at once.
+    Work for every kind of check: an applied send and a bounced one waiting for
+    verification, a lost one, a partial delivery for a person, and a dispatcher that
+    died after sending (its lease expires)."""
+    dbs = _ledgers_with_every_kind_of_check(fresh_location, config, server, "rec-", "")
 
     # Each reconciler (`settled reconcile --due`) kills itself at its point; the four
     # ledgers at once, one thread each.
@@ -385,38 +395,7 @@ def test_daemon_killed_mid_pass_loses_observations_never_statuses(
         reconcile={"lease": DAEMON_LEASE},
     )
     kinds = ("applied", "bounced", "lost", "partial", "orphan")
-    dbs = {
-        point: fresh_location(f"daemon-{point.replace(':', '_')}.db") for point in RECONCILE_POINTS
-    }
-    orphans = {}
-    for point, db in dbs.items():
-        tag = "d" + point.replace(":", "_")
-        _dispatch_in_process(
-            db,
-            config,
-            server,
-            [
-                (f"{tag}-applied", "send", "ok"),
-                (f"{tag}-bounced", "send", "bounce"),
-                (f"{tag}-lost", "send", "lost_after_accept"),
-                (f"{tag}-partial", "deliver", "ok"),
-            ],
-        )
-        orphans[point] = popen_cli(
-            "--db",
-            str(db),
-            "dispatch",
-            "sim",
-            "send",
-            "--action-id",
-            f"{tag}-orphan",
-            "--params",
-            "{}",
-            crash_at="after_reply",
-        )
-    for point, (code, _, err) in _communicate_all(orphans).items():
-        assert code == -signal.SIGKILL, (point, err)
-    time.sleep(0.5 + DISPATCH_LEASE_GRACE)  # the orphans' dispatch leases have expired
+    dbs = _ledgers_with_every_kind_of_check(fresh_location, config, server, "daemon-", "d")
 
     def snapshot(db: Path) -> dict[str, tuple[str, int, str | None]]:
         with Ledger.open(db) as ledger:
