@@ -220,27 +220,20 @@ class Counting:
         with self.lock:
             self.inside -= 1
 
-    def execute(self, request: Request) -> WireResult:
+    def _through(self, arg: Any, inner: Any) -> Any:
+        """One counted call: ``respond``'s answer when it gives one, else the inner one."""
         n = self._enter()
         try:
-            if self.respond is not None:
-                got = self.respond(n, request)
-                if got is not None:
-                    return got  # type: ignore[no-any-return]
-            return self.inner.execute(request)  # type: ignore[no-any-return]
+            got = self.respond(n, arg) if self.respond is not None else None
+            return got if got is not None else inner(arg)
         finally:
             self._leave()
 
+    def execute(self, request: Request) -> WireResult:
+        return self._through(request, self.inner.execute)  # type: ignore[no-any-return]
+
     def query(self, target: QueryTarget) -> Observation:
-        n = self._enter()
-        try:
-            if self.respond is not None:
-                got = self.respond(n, target)
-                if got is not None:
-                    return got  # type: ignore[no-any-return]
-            return self.inner.query(target)  # type: ignore[no-any-return]
-        finally:
-            self._leave()
+        return self._through(target, self.inner.query)  # type: ignore[no-any-return]
 
 
 def test_bulk_sends_overlap_but_never_beyond_the_providers_limit(
