@@ -16,6 +16,24 @@ from settled.providers.sim_server import SimServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# Every command and subcommand of the CLI, for the tests of help and docs.
+COMMANDS = [
+    "dispatch",
+    "confirm",
+    "reconcile",
+    "resolve",
+    "retry",
+    "queue",
+    "show",
+    "providers",
+    "providers audit",
+    "providers render",
+    "daemon",
+    "demo",
+    "mcp",
+    "migrate-ledger",
+]
+
 
 def sim_conf(server: SimServer, **over: Any) -> dict[str, Any]:
     conf: dict[str, Any] = {

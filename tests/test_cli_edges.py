@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from invariants import dump
 from ledger_rows import add
-from support import ROOT, popen_cli, run_cli, sim_conf, write_config
+from support import COMMANDS, ROOT, popen_cli, run_cli, sim_conf, write_config
 
 from settled.dispatch import Dispatcher
 from settled.ledger import Ledger
@@ -277,22 +277,6 @@ def test_demo_keep_leaves_a_ledger_its_hint_works_on(tmp_path: Path) -> None:
 
 
 # -- help, version, completion ----------------------------------------------------------
-
-COMMANDS = [
-    "dispatch",
-    "confirm",
-    "reconcile",
-    "resolve",
-    "retry",
-    "queue",
-    "show",
-    "providers",
-    "providers audit",
-    "providers render",
-    "daemon",
-    "demo",
-    "mcp",
-]
 
 
 @pytest.mark.ledger_incidental

@@ -7,25 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
-from support import ROOT, run_cli
+from support import COMMANDS, ROOT, run_cli
 
 README = (ROOT / "README.md").read_text()
-COMMANDS = [
-    "dispatch",
-    "confirm",
-    "reconcile",
-    "resolve",
-    "retry",
-    "queue",
-    "show",
-    "providers",
-    "providers audit",
-    "providers render",
-    "daemon",
-    "demo",
-    "mcp",
-    "migrate-ledger",
-]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS)

@@ -26,6 +26,11 @@ def register(app: typer.Typer) -> None:
         difference exits 1. Stop every dispatcher and daemon on FROM first: a write
         during the copy is found as a difference, and that copy must be discarded.
         FROM is never changed.
+
+        \b
+        Examples:
+          settled migrate-ledger ~/.local/share/settled/settled.db postgresql:///settled
+          settled migrate-ledger postgresql:///settled ./back.db --json
         """
         from ..errors import LedgerError
         from ..ledger import Ledger
