@@ -14,6 +14,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -161,7 +162,9 @@ def test_processes_mixing_everything_never_duplicate_or_lose(
         assert p.stdin is not None
         p.stdin.write("go\n")
         p.stdin.flush()
-    daemons = [popen_cli("daemon", "--interval", "0.1") for _ in range(3)]
+    daemons = [popen_cli("daemon", "--interval", "0.1", "--heartbeat", "1") for _ in range(3)]
+    readers = [_collect_lines(d) for d in daemons]
+    logs = [lines for lines, _ in readers]
     # Real CLI processes join in: many confirms of the same ids at once, and cron's
     # reconciliation passes.
     cli_ids = [f"c-{n}" for n in range(0, pool, 7)]
@@ -199,11 +202,18 @@ def test_processes_mixing_everything_never_duplicate_or_lose(
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0 and "Traceback" not in err, (p.returncode, err)
         reconciled += json.loads(out)["examined"]
+    # Each daemon takes part: on a loaded machine its first pass may end only after the
+    # workers are done, so its stop waits (bounded) for a heartbeat counting one pass.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not all(_passes(lines) >= 1 for lines in logs):
+        time.sleep(0.1)
     daemon_moves = 0
     for daemon in daemons:
         daemon.send_signal(signal.SIGTERM)
-    for daemon in daemons:
-        _, err = daemon.communicate(timeout=30)
+    for daemon, (lines, reader) in zip(daemons, readers, strict=True):
+        daemon.wait(timeout=30)
+        reader.join(30)  # the stream ends with the process: every line is in
+        err = "".join(lines)
         assert daemon.returncode == 0 and "Traceback" not in err, err
         log = [json.loads(line) for line in err.splitlines()]
         assert log[-1]["event"] == "stopped" and log[-1]["passes"] >= 1, log[-1]  # it took part
@@ -232,3 +242,32 @@ def test_processes_mixing_everything_never_duplicate_or_lose(
         f"{len(ids)} actions, final {dict(statuses)}, slowest op {slowest}; "
         f"daemon moves {daemon_moves}, cron passes examined {reconciled}"
     )
+
+
+def _collect_lines(proc: subprocess.Popen[str]) -> tuple[list[str], threading.Thread]:
+    """``proc``'s stderr lines as they come (a thread reads them, as a log collector
+    would, so the pipe never fills); the list grows until the stream ends, when the
+    thread returns."""
+    lines: list[str] = []
+    stream = proc.stderr
+    assert stream is not None
+
+    def read() -> None:
+        with stream:
+            for line in stream:
+                lines.append(line)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return lines, reader
+
+
+def _passes(lines: list[str]) -> int:
+    """The passes a daemon has finished, by its latest heartbeat or stop line."""
+    for line in reversed(list(lines)):
+        event = json.loads(line)
+        if event.get("event") in ("heartbeat", "stopped"):
+            return int(event["passes"])
+    return 0
