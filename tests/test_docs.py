@@ -3,11 +3,15 @@ setup commands are the ones CI runs, and its library example runs."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 from pathlib import Path
 
 import pytest
 from support import COMMANDS, ROOT, run_cli
+
+from settled import Ledger
 
 README = (ROOT / "README.md").read_text()
 
@@ -40,8 +44,16 @@ def test_readme_library_example_runs(
     assert block is not None
     code = block.group(1).replace("http://127.0.0.1:8080", sim.url)  # type: ignore[attr-defined]
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, "README.md", "exec"), {})
-    assert (tmp_path / "settled.db").exists()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), {})
+    # The example prints what its comment says, and the ledger holds the one action.
+    said = re.search(r"print\((.*?)\)\s*# ([^\n]*)", code, flags=re.S)
+    assert said is not None
+    assert out.getvalue().split() == said.group(2).split()
+    with Ledger.open(tmp_path / "settled.db", create=False) as ledger:
+        (rec,) = ledger.records()
+    assert (rec.provider, rec.operation, str(rec.status)) == ("sim", "send", said.group(2).split()[-1])
 
 
 def test_readme_config_example_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,7 +15,7 @@ The promise is the SQLite ledger's, kept by PostgreSQL's own means:
   counted between readings on this host's steady clock (``settled.clock.steady``) and
   re-read every ``CLOCK_REFRESH`` seconds: every host decides leases and budgets by the
   same time, and neither a skewed host clock nor a step of it expires a lease early
-  (DESIGN rule 12 for many hosts).
+  (rule 12 in docs/rules.md, for many hosts).
 - **Durable before anything leaves.** Each method is one transaction, committed (with
   the server's ``synchronous_commit``, on by default) before it returns.
 - **Append-only events**, enforced by triggers (``postgres_schema``).
