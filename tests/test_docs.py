@@ -53,7 +53,11 @@ def test_readme_library_example_runs(
     assert out.getvalue().split() == said.group(2).split()
     with Ledger.open(tmp_path / "settled.db", create=False) as ledger:
         (rec,) = ledger.records()
-    assert (rec.provider, rec.operation, str(rec.status)) == ("sim", "send", said.group(2).split()[-1])
+    assert (rec.provider, rec.operation, str(rec.status)) == (
+        "sim",
+        "send",
+        said.group(2).split()[-1],
+    )
 
 
 def test_readme_config_example_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
