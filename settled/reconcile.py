@@ -88,6 +88,7 @@ class PassReport:
     waiting: list[Change] = field(default_factory=list)  # checked; the next check is scheduled
     skipped: list[Change] = field(default_factory=list)  # not checked, and why
     stopped: bool = False  # stop_requested() ended the pass early; the rest was handed back
+    callbacks_expired: int = 0  # kept callbacks that outlived their pending_expiry this pass
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -103,6 +104,7 @@ class PassReport:
             "skipped": [c.to_json() for c in self.skipped],
             "counts": self.counts(),
             "stopped": self.stopped,
+            "callbacks_expired": self.callbacks_expired,
         }
 
 
@@ -252,7 +254,22 @@ class Reconciler:
                         break
         finally:
             group.flush()
+        if not report.stopped:
+            self._sweep_callbacks(report)
         return report
+
+    def _sweep_callbacks(self, report: PassReport) -> None:
+        """Kept callbacks (rule 16) whose record can take them now: one whose outcome
+        was written by a dispatcher that did not match it, one whose record got the
+        object id it names (a late reply, a person's ``--object-id``) or left
+        ``IN_FLIGHT`` by its lease. One bounded batch per pass; the rest next pass."""
+        sweep = self.ledger.sweep_callbacks(policy.callback, now=self.clock.now(),
+                                            size=self.batch)  # fmt: skip
+        report.callbacks_expired += sweep.expired
+        for _, move in sweep.matched:
+            rec = self.ledger.find(move.action_id)
+            if rec is not None:
+                self._note_move(report, move, True, rec=rec)
 
     def _check_in_turn(self, leased: list[ActionRecord], owner: str, report: PassReport,
                        group: _Group) -> None:  # fmt: skip
@@ -302,6 +319,9 @@ class Reconciler:
     def _check_one(self, aid: str, report: PassReport) -> None:
         rec = self.ledger.get(aid)
         now = self.clock.now()
+        for move in self.ledger.match_callbacks(rec, policy.callback, now=now):
+            self._note_move(report, move, True, rec=rec)  # kept callbacks first: evidence
+            rec = self.ledger.get(aid)
         group = _Group(self.ledger, self.flush_after)
         if rec.status is Status.IN_FLIGHT:
             expires = from_text(rec.lease_expires_at)
