@@ -216,6 +216,7 @@ class Reconciler:
         group = _Group(self.ledger, self.flush_after)
         cutoff = to_text(self.clock.now())
         taken = 0
+        self._sweep_callbacks(report)  # evidence first: a kept callback may settle a row due now
 
         def lease_next() -> tuple[list[ActionRecord], str] | None:
             """Lease the next batch (committing the results in hand with it)."""
@@ -254,15 +255,14 @@ class Reconciler:
                         break
         finally:
             group.flush()
-        if not report.stopped:
-            self._sweep_callbacks(report)
         return report
 
     def _sweep_callbacks(self, report: PassReport) -> None:
         """Kept callbacks (rule 16) whose record can take them now: one whose outcome
         was written by a dispatcher that did not match it, one whose record got the
         object id it names (a late reply, a person's ``--object-id``) or left
-        ``IN_FLIGHT`` by its lease. One bounded batch per pass; the rest next pass."""
+        ``IN_FLIGHT`` by its lease. One bounded batch per pass, before the due rows (a
+        callback that settles one spares it a query or a person); the rest next pass."""
         sweep = self.ledger.sweep_callbacks(policy.callback, now=self.clock.now(),
                                             size=self.batch)  # fmt: skip
         report.callbacks_expired += sweep.expired
