@@ -240,6 +240,8 @@ class Reconciler:
             for rec, m in batch.expired:
                 report.examined += 1
                 self._note_move(report, m, True, rec=rec)
+            for rec, _ in batch.expired:  # a callback kept while it was in flight settles it now
+                self._match_kept(rec.action_id, report)
             taken += len(batch.expired) + len(batch.leased)
             if not batch.selected:
                 return None
@@ -256,6 +258,13 @@ class Reconciler:
         finally:
             group.flush()
         return report
+
+    def _match_kept(self, action_id: str, report: PassReport) -> None:
+        rec = self.ledger.find(action_id)
+        if rec is None:
+            return
+        for move in self.ledger.match_callbacks(rec, policy.callback, now=self.clock.now()):
+            self._note_move(report, move, True, rec=rec)
 
     def _sweep_callbacks(self, report: PassReport) -> None:
         """Kept callbacks (rule 16) whose record can take them now: one whose outcome
