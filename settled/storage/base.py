@@ -172,6 +172,9 @@ class Figures:
     budget_spent: int = 0
     found_by_person: int = 0
     contradictions: int = 0  # terminal records that later evidence contradicts
+    confirmed_by_callback: int = 0  # a provider's signed callback reported the effect
+    failed_by_callback: int = 0  # callback events that moved a record to FAILED
+    callbacks: int = 0  # callback events recorded on this operation's records
     first_seen_n: int = 0
     first_seen_p50: float | None = None
     first_seen_p95: float | None = None

@@ -506,6 +506,11 @@ class SqliteLedger(Ledger):
 
     def match_callbacks(self, rec: ActionRecord, decide: Decide, *, now: datetime) -> list[Move]:
         moves: list[Move] = []
+        # A read first, without the write lock: a callback is kept in ONE write transaction
+        # that reads the record and inserts, so after our outcome's commit it is either
+        # committed (seen here) or not begun (it will see the outcome itself).
+        if not self.pending_callbacks(rec):
+            return moves
         with self._write("match callbacks") as c:
             for pending in self._pending_for(c, rec):
                 _, move = self._settle_callback(c, pending, decide, now)
@@ -516,6 +521,11 @@ class SqliteLedger(Ledger):
     def sweep_callbacks(self, decide: Decide, *, now: datetime, size: int) -> Sweep:
         sweep = Sweep()
         at = to_text(now)
+        due = self._read_all(
+            "SELECT 1 FROM callbacks WHERE state = 'pending' AND next_check_at <= ? LIMIT 1", (at,)
+        )
+        if not due:  # a pass with nothing kept takes no write lock
+            return sweep
         with self._write("match pending callbacks") as c:
             cur = c.execute(
                 f"SELECT {_CB_COLS} FROM callbacks WHERE state = 'pending' AND next_check_at <= ?"
