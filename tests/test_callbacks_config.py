@@ -141,3 +141,23 @@ def test_a_bad_callbacks_table_stops_a_command_with_one_line(tmp_path: Path) -> 
     assert p.returncode == 1
     assert p.stderr.count("\n") == 1 and "providers.sms.callbacks.scheme" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_every_worked_config_in_the_docs_loads() -> None:
+    """docs/callbacks.md and the cookbook's callbacks tables load as written."""
+    import re
+    import tomllib
+
+    from support import ROOT
+
+    pages = [ROOT / "docs" / "callbacks.md", *sorted((ROOT / "docs" / "cookbook").glob("*.md"))]
+    loaded = 0
+    for page in pages:
+        for block in re.findall(r"```toml\n(.*?)```", page.read_text(), re.S):
+            data = tomllib.loads(block)
+            for name, conf in data.get("providers", {}).items():
+                conf.setdefault("type", "sim")
+                conf.setdefault("base_url", "http://127.0.0.1:9")
+            cfg = config.from_dict(data, source=page.name)
+            loaded += len(cfg.callbacks)
+    assert loaded == 8  # five schemes here, three cookbook entries
