@@ -155,7 +155,7 @@ def test_every_worked_config_in_the_docs_loads() -> None:
     for page in pages:
         for block in re.findall(r"```toml\n(.*?)```", page.read_text(), re.S):
             data = tomllib.loads(block)
-            for name, conf in data.get("providers", {}).items():
+            for conf in data.get("providers", {}).values():
                 conf.setdefault("type", "sim")
                 conf.setdefault("base_url", "http://127.0.0.1:9")
             cfg = config.from_dict(data, source=page.name)
