@@ -41,12 +41,17 @@ Nothing here imports the CLI; ``settled.cli.providers_cmd`` renders the report.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .model import Tier
 from .providers.base import OperationSpec
 from .storage import Figures, Ledger
+
+if TYPE_CHECKING:
+    from .callbacks.config import CallbackConfig
+    from .storage.base import CallbackFigures
 
 MIN_EVIDENCE = 5  # records needed before history overrules a declaration
 LATE_SHARE = 0.05  # share of late observations that makes a window too short
@@ -75,6 +80,7 @@ class OperationAudit:
     figures: Figures
     answers: list[Answer] = field(default_factory=list)
     suggestions: list[str] = field(default_factory=list)
+    callbacks: str | None = None  # how signed callbacks settle it (rule 16), in words
 
     @property
     def debt(self) -> bool:
@@ -100,19 +106,65 @@ class OperationAudit:
             ],
             "figures": self.figures.to_json(),
             "suggestions": self.suggestions,
+            "callbacks": self.callbacks,
         }
 
 
 @dataclass
 class AuditReport:
     operations: list[OperationAudit]
+    # per provider with callbacks: the scheme, whether it is the weaker token one, and
+    # the kept callbacks by state (pending ones name no record yet)
+    callbacks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def debt(self) -> list[str]:
         return [f"{o.provider}.{o.operation}" for o in self.operations if o.debt]
 
     def to_json(self) -> dict[str, Any]:
-        return {"operations": [o.to_json() for o in self.operations], "debt": self.debt}
+        return {"operations": [o.to_json() for o in self.operations], "debt": self.debt,
+                "callbacks": self.callbacks}  # fmt: skip
+
+
+def settled_by_callbacks(spec: OperationSpec, cb: CallbackConfig) -> tuple[bool, str]:
+    """Whether ``cb``'s callbacks can name this operation's actions, and how, in words."""
+    how = cb.describe()
+    if cb.names == "reconciliation_key" and not (spec.carries_key or spec.key_param):
+        return False, (
+            f"callbacks name reconciliation_key, but {spec.name} carries none: they can "
+            f"never settle it ({how})"
+        )
+    if cb.names == "provider_object_id":
+        return True, (
+            f"settled by signed callbacks once its reply's object id is recorded; a lost "
+            f"reply's callbacks wait (pending) ({how})"
+        )
+    return True, f"settled by signed callbacks ({how})"
+
+
+def _with_callbacks(op: OperationAudit, cb: CallbackConfig) -> None:
+    """What callbacks change in the answers: a manual tier's terminal state can be
+    reached without a person when the provider reports it, signed."""
+    assert op.spec is not None
+    can, op.callbacks = settled_by_callbacks(op.spec, cb)
+    if not can:
+        op.suggestions.append(op.callbacks)
+        return
+    q2 = next(a for a in op.answers if a.question == "q2")
+    if op.spec.tier in (Tier.PARTIAL, Tier.BLIND) or q2.answer in ("no", "partly"):
+        weak = cb.weaker
+        q2.answer, q2.debt = ("partly" if weak else "yes"), False
+        q2.why = (
+            f"a {cb.scheme} callback reports the terminal state ("
+            + ("a shared token, not a signature: weaker" if weak else "signed, fresh, matched")
+            + f"); {q2.why}"
+        )
+    if cb.weaker:
+        op.suggestions.append(
+            f"{op.provider}'s callbacks use the token scheme: a secret in the URL or basic "
+            "auth, no signature over the body (weaker); use a signing scheme if the sender "
+            "has one"
+        )
 
 
 # -- the questions -------------------------------------------------------------------------
@@ -293,9 +345,15 @@ def judge(op: OperationAudit) -> None:
         op.suggestions.append(f"{rate:.0%} of actions are unresolved{hint}")
 
 
-def audit(ledger: Ledger, specs: dict[tuple[str, str], OperationSpec]) -> AuditReport:
-    """Audit every declared operation, and every operation the ledger has records of."""
+def audit(
+    ledger: Ledger,
+    specs: dict[tuple[str, str], OperationSpec],
+    callbacks: Mapping[str, CallbackConfig] | None = None,
+) -> AuditReport:
+    """Audit every declared operation, and every operation the ledger has records of;
+    ``callbacks`` (``Config.callbacks``) says which providers' callbacks settle them."""
     figs = ledger.figures()
+    callbacks = callbacks or {}
     ops = []
     for key in sorted(set(specs) | set(figs)):
         spec = specs.get(key)
@@ -305,8 +363,39 @@ def audit(ledger: Ledger, specs: dict[tuple[str, str], OperationSpec]) -> AuditR
             if spec.tier is not Tier.FULL:
                 op.figures.unproven_replies = 0  # "accepted" is all a non-full reply can say
         judge(op)
+        if spec is not None and key[0] in callbacks:
+            _with_callbacks(op, callbacks[key[0]])
         ops.append(op)
-    return AuditReport(ops)
+    return AuditReport(ops, _kept(ledger.callback_figures(), callbacks))
 
 
-__all__ = ["QUESTIONS", "Answer", "AuditReport", "Figures", "OperationAudit", "audit"]
+_NONE_KEPT = {"matched": 0, "pending": 0, "expired": 0, "oldest_pending": None}
+
+
+_NONE_KEPT = {"matched": 0, "pending": 0, "expired": 0, "oldest_pending": None}
+
+
+def _kept(
+    figures: Mapping[str, CallbackFigures], callbacks: Mapping[str, CallbackConfig]
+) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for provider in sorted(set(figures) | set(callbacks)):
+        cb = callbacks.get(provider)
+        f = figures.get(provider)
+        out[provider] = {
+            "scheme": cb.scheme if cb else None,
+            "weaker": cb.weaker if cb else False,
+            **(f.to_json() if f else _NONE_KEPT),
+        }
+    return out
+
+
+__all__ = [
+    "QUESTIONS",
+    "Answer",
+    "AuditReport",
+    "Figures",
+    "OperationAudit",
+    "audit",
+    "settled_by_callbacks",
+]

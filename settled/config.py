@@ -10,11 +10,14 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from . import checks
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .callbacks.config import CallbackConfig
 
 TOP_KEYS = {"ledger", "dispatch", "reconcile", "daemon", "providers"}
 # Requests in flight at once to one provider, by provider type, unless the provider's
@@ -47,6 +50,8 @@ class Config:
     reconcile_concurrency: int | None = None  # None: each provider type's default
     providers: dict[str, dict[str, Any]] = field(default_factory=dict)
     max_in_flight: dict[str, int] = field(default_factory=dict)  # provider -> requests at once
+    # provider -> its [providers.NAME.callbacks] (rule 16), checked; secrets not read yet
+    callbacks: dict[str, CallbackConfig] = field(default_factory=dict)
 
     def where(self, key: str) -> str:
         return f"{self.source or 'config'}: {key}"
@@ -223,4 +228,8 @@ def _providers(cfg: Config, providers: Any) -> None:
                     f"number >= 1 (requests in flight at once), got {limit!r}"
                 )
             cfg.max_in_flight[name] = limit
+        if "callbacks" in own:  # settled's own too: checked here, whatever the provider's type
+            from .callbacks.config import parse
+
+            cfg.callbacks[name] = parse(name, own.pop("callbacks"), source=cfg.source or "config")
         cfg.providers[name] = own

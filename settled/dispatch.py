@@ -113,6 +113,9 @@ class DispatchSettings:
     lease_grace: float = DEFAULT_LEASE_GRACE
     backoff: float = DEFAULT_BACKOFF
     group: int | None = None  # bulk: actions per claim transaction (None: settled.bulk's)
+    # Providers whose callbacks are received (rule 16): once an outcome is written, the
+    # callbacks kept for it meanwhile are matched at once (else by the next pass).
+    callbacks: frozenset[str] = frozenset()
 
 
 class Dispatcher:
@@ -376,8 +379,23 @@ class Dispatcher:
             final = self._late(sent.claimed, move, sent.verdict, sent.late_send, now)
         elif sent.verdict is Verdict.CONFLICT and final.status is Status.AWAITING_VERIFICATION:
             final = self._verify_now(final)
+        final = self._kept_callbacks(final)
         reason = str(move.detail.get("reason", ""))
         return Report(Outcome.DISPATCHED, final, RESULT_BY_STATUS.get(final.status), reason)
+
+    def _kept_callbacks(self, record: ActionRecord) -> ActionRecord:
+        """Apply the callbacks kept while this outcome was being written (a provider
+        that calls back before its reply reaches us). The ledger serialises this with
+        the callback's own transaction, so one of the two always sees the other; a
+        ledger error here leaves them pending for the next reconciler pass."""
+        if record.provider not in self.settings.callbacks:
+            return record
+        try:
+            if self.ledger.match_callbacks(record, policy.callback, now=self.clock.now()):
+                return self.ledger.get(record.action_id)
+        except LedgerError:
+            pass  # the request has left: its report stands; a pass matches them later
+        return record
 
     def _lease_left(self, taken: policy.Claim) -> float:
         return (taken.lease_until - self.clock.now()).total_seconds()

@@ -68,11 +68,18 @@ class EventKind(StrEnum):
     RESOLVED = "resolved"  # a person's attested verdict
     RETRY = "retry"  # FAILED → PENDING: attempt N+1
     NOTE = "note"  # evidence that changes no status (a late reply to a settled record)
+    CALLBACK = "callback"  # a provider's signed callback (rule 16); it may leave the status as is
 
     @property
     def changes_nothing(self) -> bool:
         """An event that records evidence without moving the record."""
         return self is EventKind.NOTE
+
+    @property
+    def may_stay(self) -> bool:
+        """An event that may record evidence on a record whose status stays, a terminal
+        one included, without being a move of the transition table."""
+        return self is EventKind.CALLBACK
 
 
 TERMINAL = frozenset({Status.CONFIRMED, Status.FAILED})
@@ -345,6 +352,65 @@ class Event:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+class Reported(StrEnum):
+    """What a provider's callback reports, by the value lists its config declares
+    (``applied``, ``not_applied``, ``delivered``); fixed when the callback is received."""
+
+    APPLIED = "applied"  # the provider reports the effect
+    NOT_APPLIED = "not_applied"  # the provider reports the effect did not happen
+    DELIVERED = "delivered"  # delivery only: it proves nothing about acceptance
+    OTHER = "other"  # a status none of the lists names (queued, sending): evidence only
+
+
+# Record fields a callback may name its action by (``[providers.NAME.callbacks] names``).
+CALLBACK_NAMES = ("provider_object_id", "reconciliation_key", "action_id")
+
+
+@dataclass(frozen=True)
+class Callback:
+    """One verified callback event, as the ledger keeps it (rule 16). ``names`` is the
+    record field the callback names its action by and ``key`` the value it gives;
+    ``status`` the reported value as text and ``reported`` what it means. Neither the
+    secret nor the body is kept: only the body's sha256 (``digest``) and, for a batch,
+    the event's index in it (``item``)."""
+
+    provider: str
+    event_id: str
+    scheme: str
+    names: str
+    key: str
+    status: str
+    reported: Reported
+    digest: str
+    received_at: str
+    expires_at: str
+    item: int | None = None
+
+    def detail(self) -> dict[str, Any]:
+        """The evidence an event on the record carries."""
+        return {
+            "scheme": self.scheme,
+            "event_id": self.event_id,
+            "names": self.names,
+            "key": self.key,
+            "status": self.status,
+            "reported": str(self.reported),
+            "body_sha256": self.digest,
+            "item": self.item,
+        }
+
+
+@dataclass(frozen=True)
+class PendingCallback:
+    """A kept callback that has not been matched yet: ``action_id`` and ``attempt``
+    are set once it is bound to a record that was in flight when it came."""
+
+    callback: Callback
+    action_id: str | None = None
+    attempt: int | None = None
+    tries: int = 0
 
 
 def params_hash(params: Any) -> str:

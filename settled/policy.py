@@ -32,6 +32,8 @@ from .model import (
     Declared,
     Delivery,
     EventKind,
+    PendingCallback,
+    Reported,
     Status,
     Tier,
     build_strategy,
@@ -616,6 +618,94 @@ def judge(
     return wait_again(rec, now, nxt, f"checked: {obs.seen}{shown}", owner=owner, extra=budget)
 
 
+# -- callbacks (rule 16) ---------------------------------------------------------------------
+
+
+def callback(pending: PendingCallback, rec: ActionRecord, now: datetime) -> Move | None:
+    """Where a verified callback puts the record it names: through the values its
+    config declares, never "any 2xx". None: keep it pending (the attempt it is about is
+    in flight, so its outcome, and the object id, are not written yet).
+
+    - ``applied``: the provider's report of the effect settles the action whatever its
+      tier, partial and blind included: AWAITING_VERIFICATION or DENIED_UNRESOLVED →
+      CONFIRMED (``confirmed_by = "callback:PROVIDER"``).
+    - ``not_applied``: a report about the object the request made, not an absence, so
+      rule 9's landing time does not hold it back: → FAILED at once.
+    - ``delivered``: delivery only: the delivery axis, never the status.
+    - a later-stage status never moves a record back (``sent`` after ``delivered``);
+      one that contradicts a settled status is flagged (rule 9), which blocks retry.
+
+    A callback is about the attempt it was bound to when it came (the record was in
+    flight), else the latest attempt sent: the current one, or the one before when a
+    retry has opened an attempt that has not been sent yet."""
+    cb = pending.callback
+    at = to_text(now)
+    actor = f"callback:{cb.provider}"
+    detail: dict[str, Any] = cb.detail()
+    said = f"{cb.scheme} callback reports {cb.status!r} ({cb.reported})"
+    if pending.attempt is not None:
+        about = pending.attempt
+    else:
+        about = rec.attempt - 1 if rec.status is Status.PENDING else rec.attempt
+    if about < 1:
+        return _stay(rec, at, actor, detail, f"{said} for an action never sent; nothing moved")
+    if about != rec.attempt:
+        why = f"{said} about attempt {about}, after attempt {rec.attempt} was opened"
+        if cb.reported is Reported.APPLIED:
+            flag = f"{why}: both may have applied; resolve it before any retry"
+            return _stay(rec, at, actor, detail, flag, {"contradiction": flag})
+        return _stay(rec, at, actor, detail, why + "; nothing moved")
+    if rec.status is Status.IN_FLIGHT:
+        return None
+    open_ = rec.status in (Status.AWAITING_VERIFICATION, Status.DENIED_UNRESOLVED)
+    if cb.reported is Reported.APPLIED:
+        if open_:
+            values = {"acceptance": str(Acceptance.APPLIED), "delivery": str(Delivery.DELIVERED),
+                      "confirmed_at": at, "confirmed_by": actor, "next_check_at": None,
+                      "lease_owner": None, "reason": None}  # fmt: skip
+            return _moved(rec, Status.CONFIRMED, at, actor, detail, f"{said}: the effect", values)
+        if rec.status is Status.FAILED:
+            flag = f"{said} after the record became FAILED; resolve it before any retry"
+            return _stay(rec, at, actor, detail, flag, {"contradiction": flag})
+        return _stay(rec, at, actor, detail, f"{said}; it agrees with {rec.status}")
+    if cb.reported is Reported.NOT_APPLIED:
+        if open_:
+            reason = f"the provider's {said}: not applied"
+            values = {"acceptance": str(Acceptance.NOT_APPLIED), "delivery": str(Delivery.DELIVERED),
+                      "next_check_at": None, "lease_owner": None, "reason": reason}  # fmt: skip
+            return _moved(rec, Status.FAILED, at, actor, detail, reason, values)
+        if rec.status is Status.CONFIRMED:
+            flag = f"{said} although the effect was observed; check what the provider holds"
+            return _stay(rec, at, actor, detail, flag, {"contradiction": flag})
+        return _stay(rec, at, actor, detail, f"{said}; it agrees with {rec.status}")
+    if cb.reported is Reported.DELIVERED:
+        if open_ and rec.delivery is not Delivery.DELIVERED:
+            return _stay(rec, at, actor, detail, f"{said}: delivery only; acceptance is still "
+                         "unknown", {"delivery": str(Delivery.DELIVERED)})  # fmt: skip
+        if rec.status is Status.FAILED and rec.delivery is Delivery.FAILED:
+            flag = f"{said} although the request was recorded as never delivered"
+            return _stay(rec, at, actor, detail, flag, {"contradiction": flag})
+        return _stay(rec, at, actor, detail, f"{said}: delivery only; nothing moved")
+    return _stay(rec, at, actor, detail, f"{said}: no declared value; recorded only")
+
+
+def _stay(
+    rec: ActionRecord, at: str, actor: str, detail: dict[str, Any], reason: str,
+    values: dict[str, Any] | None = None,
+) -> Move:  # fmt: skip
+    return Move(rec.action_id, rec.status, rec.status, at, actor, EventKind.CALLBACK,
+                values=values or {}, detail={**detail, "reason": reason},
+                attempt=rec.attempt)  # fmt: skip
+
+
+def _moved(
+    rec: ActionRecord, to: Status, at: str, actor: str, detail: dict[str, Any], reason: str,
+    values: dict[str, Any],
+) -> Move:  # fmt: skip
+    return Move(rec.action_id, rec.status, to, at, actor, EventKind.CALLBACK, values=values,
+                detail={**detail, "reason": reason}, attempt=rec.attempt)  # fmt: skip
+
+
 # -- people ----------------------------------------------------------------------------------
 
 
@@ -708,6 +798,7 @@ __all__ = [
     "Verdict",
     "absence_counts_from",
     "backoff",
+    "callback",
     "claim",
     "classify",
     "contradiction",

@@ -88,6 +88,7 @@ class PassReport:
     waiting: list[Change] = field(default_factory=list)  # checked; the next check is scheduled
     skipped: list[Change] = field(default_factory=list)  # not checked, and why
     stopped: bool = False  # stop_requested() ended the pass early; the rest was handed back
+    callbacks_expired: int = 0  # kept callbacks that outlived their pending_expiry this pass
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -103,6 +104,7 @@ class PassReport:
             "skipped": [c.to_json() for c in self.skipped],
             "counts": self.counts(),
             "stopped": self.stopped,
+            "callbacks_expired": self.callbacks_expired,
         }
 
 
@@ -214,6 +216,7 @@ class Reconciler:
         group = _Group(self.ledger, self.flush_after)
         cutoff = to_text(self.clock.now())
         taken = 0
+        self._sweep_callbacks(report)  # evidence first: a kept callback may settle a row due now
 
         def lease_next() -> tuple[list[ActionRecord], str] | None:
             """Lease the next batch (committing the results in hand with it)."""
@@ -237,6 +240,8 @@ class Reconciler:
             for rec, m in batch.expired:
                 report.examined += 1
                 self._note_move(report, m, True, rec=rec)
+            for rec, _ in batch.expired:  # a callback kept while it was in flight settles it now
+                self._match_kept(rec.action_id, report)
             taken += len(batch.expired) + len(batch.leased)
             if not batch.selected:
                 return None
@@ -253,6 +258,27 @@ class Reconciler:
         finally:
             group.flush()
         return report
+
+    def _match_kept(self, action_id: str, report: PassReport) -> None:
+        rec = self.ledger.find(action_id)
+        if rec is None:
+            return
+        for move in self.ledger.match_callbacks(rec, policy.callback, now=self.clock.now()):
+            self._note_move(report, move, True, rec=rec)
+
+    def _sweep_callbacks(self, report: PassReport) -> None:
+        """Kept callbacks (rule 16) whose record can take them now: one whose outcome
+        was written by a dispatcher that did not match it, one whose record got the
+        object id it names (a late reply, a person's ``--object-id``) or left
+        ``IN_FLIGHT`` by its lease. One bounded batch per pass, before the due rows (a
+        callback that settles one spares it a query or a person); the rest next pass."""
+        sweep = self.ledger.sweep_callbacks(policy.callback, now=self.clock.now(),
+                                            size=self.batch)  # fmt: skip
+        report.callbacks_expired += sweep.expired
+        for _, move in sweep.matched:
+            rec = self.ledger.find(move.action_id)
+            if rec is not None:
+                self._note_move(report, move, True, rec=rec)
 
     def _check_in_turn(self, leased: list[ActionRecord], owner: str, report: PassReport,
                        group: _Group) -> None:  # fmt: skip
@@ -302,6 +328,9 @@ class Reconciler:
     def _check_one(self, aid: str, report: PassReport) -> None:
         rec = self.ledger.get(aid)
         now = self.clock.now()
+        for move in self.ledger.match_callbacks(rec, policy.callback, now=now):
+            self._note_move(report, move, True, rec=rec)  # kept callbacks first: evidence
+            rec = self.ledger.get(aid)
         group = _Group(self.ledger, self.flush_after)
         if rec.status is Status.IN_FLIGHT:
             expires = from_text(rec.lease_expires_at)

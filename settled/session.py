@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Self
 from .crashpoints import Probe, no_probe
 
 if TYPE_CHECKING:
+    from .callbacks.hooks import Hooks
     from .config import Config
     from .dispatch import Dispatcher
     from .ledger import Ledger
@@ -84,8 +85,9 @@ class Session:
 
         cfg = self.config()
         settings = DispatchSettings(
-            lease_grace=cfg.lease_grace, backoff=cfg.backoff, group=cfg.dispatch_group
-        )
+            lease_grace=cfg.lease_grace, backoff=cfg.backoff, group=cfg.dispatch_group,
+            callbacks=frozenset(cfg.callbacks),
+        )  # fmt: skip
         return Dispatcher(
             self.ledger(), self.registry(), settings=settings, actor=actor, probe=self.probe
         )
@@ -103,6 +105,14 @@ class Session:
         kw.setdefault("concurrency", threads)
         kw.setdefault("limits", limits)
         return Reconciler(self.ledger(), self.registry(), **kw)
+
+    def hooks(self, *, max_body: int | None = None) -> Hooks:
+        """The callback core for this config and ledger (``Hooks.handle``); every
+        callback secret is read from the environment now."""
+        from .callbacks.hooks import MAX_BODY, Hooks
+
+        return Hooks(self.ledger(), self.config().callbacks,
+                     max_body=MAX_BODY if max_body is None else max_body)  # fmt: skip
 
     def query_concurrency(self, explicit: int | None = None) -> tuple[int, dict[str, int]]:
         """Threads for a pass's queries and each configured provider's limit."""

@@ -27,7 +27,7 @@ from settled.providers.sim_server import SimServer
 
 BACKENDS = ("sqlite", "postgres")
 LEDGER_FREE = {
-    "test_api", "test_client", "test_cli_usage", "test_cookbook", "test_docs", "test_docs_operator",
+    "test_api", "test_callbacks_config", "test_client", "test_cli_usage", "test_cookbook", "test_docs", "test_docs_operator",
     "test_docs_providers", "test_http_config", "test_model", "test_rel_cli_usage",
     "test_rel_redaction", "test_sim", "test_static", "test_wire",
 }  # fmt: skip

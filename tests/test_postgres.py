@@ -45,10 +45,10 @@ def _tables(url: str) -> set[str]:
 def test_migrating_an_empty_schema_gives_the_schema(db_path: str) -> None:
     with Ledger.open(db_path):
         pass
-    assert _tables(db_path) == {"actions", "events", "_migrations", "settled_ledger"}
+    assert _tables(db_path) == {"actions", "events", "callbacks", "_migrations", "settled_ledger"}
     triggers = {r[0] for r in rawdb.execute(
-        db_path, "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal"
-        " AND tgrelid IN ('actions'::regclass, 'events'::regclass)")}  # fmt: skip
+        db_path, "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal AND tgrelid IN"
+        " ('actions'::regclass, 'events'::regclass, 'callbacks'::regclass)")}  # fmt: skip
     assert triggers == set(postgres_schema.TRIGGERS)
     indexes = {r[0] for r in rawdb.execute(
         db_path, "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")}  # fmt: skip

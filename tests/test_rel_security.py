@@ -319,6 +319,9 @@ def test_header_secrets_never_reach_ledger_events_logs_or_json(
 def test_a_ledger_from_before_the_replace_guard_is_upgraded(populated: Path) -> None:
     conn = sqlite3.connect(populated, isolation_level=None)
     try:  # make it look like a ledger written before migration 002
+        conn.execute("DROP TABLE callbacks")  # 005 and its triggers
+        conn.execute("DROP INDEX actions_object")
+        conn.execute("DROP INDEX actions_key")
         conn.execute("DROP TRIGGER events_no_replace")
         conn.execute("DROP TRIGGER actions_no_replace")
         conn.execute("DROP INDEX actions_same_change")

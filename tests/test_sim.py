@@ -284,7 +284,7 @@ def test_scripting_over_http(
     assert truth["effects"] == {"a1": 0} and truth["requests"][0]["fault"] == "5xx_before"
     assert client.post(f"{server.url}/_plan", json={"faults": "ok"}).status_code == 400
     assert client.post(f"{server.url}/_reset").status_code == 200
-    assert server.truth() == {"requests": [], "effects": {}, "queries": {}}
+    assert server.truth() == {"requests": [], "effects": {}, "queries": {}, "callbacks": []}
 
 
 def test_queries_are_counted_per_key(provider: sim.SimProvider, server: SimServer) -> None:

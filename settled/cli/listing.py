@@ -77,7 +77,9 @@ def config_changes(rec: Any) -> list[str] | None:
     return changes
 
 
-def render_show(rec: Any, events: list[Any], now: Any, changes: list[str] | None = None) -> None:
+def render_show(
+    rec: Any, events: list[Any], now: Any, changes: list[str] | None = None, waiting: int = 0
+) -> None:
     from rich.padding import Padding
     from rich.table import Table
 
@@ -135,6 +137,14 @@ def render_show(rec: Any, events: list[Any], now: Any, changes: list[str] | None
                 "resolves it (settled resolve)",
             )
         )
+    if waiting:
+        fields.append(
+            (
+                "callbacks kept",
+                f"{waiting} signed callback(s) name this action and wait for its outcome "
+                "(matched when it is written, or by the next reconciler pass)",
+            )
+        )
     if changes:
         fields.append(
             (
@@ -173,6 +183,8 @@ def event_detail(e: Any) -> str:
         ("seen", "seen"),
         ("check", "check"),
         ("lease_expires_at", "lease"),
+        ("event_id", "event"),
+        ("body_sha256", "body sha256"),
     ):
         if d.get(key) not in (None, "") and (key != "lease_expires_at" or e.kind != "claimed"):
             value = iso(d[key]) if key == "lease_expires_at" else d[key]
@@ -280,13 +292,15 @@ def register(app: typer.Typer) -> None:
         rec = ledger.get(action_id)
         events = ledger.events(action_id)
         changes = config_changes(rec)
+        waiting = ledger.pending_callbacks(rec)
         if as_json:
             data = rec.to_json()
             data["config_changes"] = changes
+            data["pending_callbacks"] = waiting
             data["events"] = [e.to_json() for e in events]
             emit_json(data)
         else:
-            render_show(rec, events, ledger.clock(anchor=False).now(), changes)
+            render_show(rec, events, ledger.clock(anchor=False).now(), changes, waiting)
         raise typer.Exit(EXIT_BY_STATUS[rec.status] if exit_status else 0)
 
     @app.command(help=QUEUE_HELP)

@@ -102,7 +102,7 @@ def audit_cmd(
         for name in reg.names()
         for op, spec in reg.provider(name).operations().items()
     }
-    report = audit(STATE.ledger(create=False), specs)
+    report = audit(STATE.ledger(create=False), specs, STATE.config().callbacks)
     code = 4 if report.debt else 0
     if as_json:
         emit_json(report.to_json())
@@ -150,6 +150,11 @@ def render_audit(report: object) -> None:
             text(
                 f"  records {f.total}: confirmed {f.confirmed}, failed {f.failed}, "
                 f"unresolved {f.unresolved} ({rate}), pending {f.pending}"
+                + (
+                    f"; confirmed by callback {f.confirmed_by_callback}"
+                    if f.confirmed_by_callback
+                    else ""
+                )
             )
         )
         if f.first_seen_n:
@@ -160,8 +165,27 @@ def render_audit(report: object) -> None:
                     f"over {f.first_seen_n} (window {window})"
                 )
             )
+        if op.callbacks:
+            con.print(text("  callbacks: ", op.callbacks))
         for s in op.suggestions:
             con.print(text("  → ", s))
+    for provider, kept in report.callbacks.items():
+        con.print()
+        weak = " (token scheme: weaker, signs nothing)" if kept["weaker"] else ""
+        con.print(
+            text(
+                (f"callbacks of {provider}", "bold"),
+                f": {kept['scheme'] or 'not configured here'}{weak}",
+            )
+        )
+        oldest = f", oldest pending since {kept['oldest_pending']}" if kept["pending"] else ""
+        con.print(
+            text(
+                f"  matched {kept['matched']}, pending {kept['pending']}{oldest}, "
+                f"expired {kept['expired']} (pending: they name no record yet; expired: "
+                "never matched, kept, never applied)"
+            )
+        )
     if report.debt:
         con.print()
         con.print(text(f"completion-ownership debt: {', '.join(report.debt)}"))

@@ -1,6 +1,8 @@
 """``settled daemon --metrics HOST:PORT``: Prometheus metrics and a health check.
 
-- ``/metrics``: ``settled_transitions_total{from_status,to_status,kind}``,
+- ``/metrics``: ``settled_transitions_total{from_status,to_status,kind}`` (``kind="callback"``:
+  a move a provider's callback made, when a pass matched a kept one),
+  ``settled_callbacks_total{provider,reason}`` (for a process that receives callbacks),
   ``settled_queue_depth{status,provider}`` (open records, as of the last pass),
   ``settled_checks_total{result}`` (what each provider query observed; ``error`` when
   it could not observe anything), ``settled_passes_total{result}``,
@@ -67,6 +69,13 @@ class Metrics:
         self.passes = Counter(
             "settled_passes", "Reconciliation passes, by result.", ["result"], registry=r
         )
+        self.callbacks = Counter(
+            "settled_callbacks",
+            "Provider callbacks received, by provider and what became of them (the reason "
+            "code of settled.callbacks.Answer: matched, pending, duplicate, bad_signature…).",
+            ["provider", "reason"],
+            registry=r,
+        )
         self.duration = Histogram(
             "settled_pass_duration_seconds",
             "How long a reconciliation pass took.",
@@ -94,6 +103,13 @@ class Metrics:
         self.transitions.labels(ch.from_status, ch.to_status, ch.kind).inc()
         if ch.seen:
             self.checks.labels(ch.seen).inc()
+
+    def callback(self, answer: Any) -> None:
+        """One answered callback request (``settled.callbacks.Answer``): each event of a
+        batch by its own reason, a refused request by its reason."""
+        counts = answer.counts or {answer.reason: 1}
+        for reason, n in counts.items():
+            self.callbacks.labels(answer.provider, reason).inc(n)
 
     def check(self, ch: Any, failed: bool) -> None:
         self.checks.labels("error" if failed else (ch.seen or "error")).inc()

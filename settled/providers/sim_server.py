@@ -32,6 +32,20 @@ it (``SimServer(latency=…)``, ``--latency``; a query to ``/v1/`` waits as long
 otherwise behaves as ``ok``). The wait happens outside the server's lock, so slow
 answers overlap as a real provider's do.
 
+Callbacks: the server can call back, as Twilio, SendGrid or any Standard Webhooks sender
+does, reporting its ground truth for each effect it applies (``applied`` for a booking,
+``delivered`` for a message or a receipt, ``bounced``): ``SimServer(callback_url=…,
+callback_scheme="standard-webhooks" | "twilio", callback_secret=…, callback_when="before"
+| "after" | "both")``, or ``POST /_callbacks`` with those keys (without the prefix). "before"
+posts the signed callback and waits for its answer before the reply is written (a
+provider whose callback overtakes its reply); "after" posts it once the reply is out.
+``POST /_plan`` takes an optional ``"callback"`` (a ``when`` for that action alone, or
+"none"). Standard Webhooks: JSON ``{"type": "effect.status", "data": {"id", "action_id",
+"reconciliation_key", "status"}}`` with ``webhook-id`` / ``webhook-timestamp`` /
+``webhook-signature``; Twilio: a form (``MessageSid``, ``MessageStatus``, ``ActionId``,
+``Key``) signed in ``X-Twilio-Signature`` over ``callback_url``. Each delivery and the
+answer it got are in the ground truth (``callbacks``).
+
 Scripting: ``POST /_plan`` {"action_id", "faults": [...]}, ``POST /_reset``,
 ``GET /_truth``, ``PUT /_settings/{name}`` {"value"} (a change "by someone else").
 Ground truth also counts queries per reconciliation key (or setting name), so tests can
@@ -44,6 +58,9 @@ Run it alone with ``python -m settled.providers.sim_server [--port N] …``.
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
+import hmac
 import json
 import math
 import secrets
@@ -59,7 +76,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
-from urllib.parse import unquote
+from urllib.parse import unquote, urlencode
 
 OPERATIONS = ("book", "send", "deliver", "notify", "set")
 
@@ -97,6 +114,53 @@ class _Outcome:
     wire: str  # reply | hang | reset | garbage | badutf8 | huge
     reply: _Reply | None = None
     delay: float = 0.0  # s to wait before answering (a planned latency:SECONDS)
+    effect: dict[str, Any] | None = None  # what a callback reports (a first application)
+
+
+CALLBACK_SCHEMES = ("standard-webhooks", "twilio")
+CALLBACK_WHEN = ("before", "after", "both", "none")
+_CALLBACK_TIMEOUT = 10.0  # s a callback waits for the hook's answer
+
+
+@dataclass(frozen=True)
+class CallbackPlan:
+    """Where and how the server calls back (see the module's docstring)."""
+
+    url: str
+    scheme: str = "standard-webhooks"
+    secret: str = ""
+    when: str = "after"
+
+    def __post_init__(self) -> None:
+        if self.scheme not in CALLBACK_SCHEMES:
+            raise ValueError(f"callback scheme {self.scheme!r}: use one of {CALLBACK_SCHEMES}")
+        if self.when not in CALLBACK_WHEN:
+            raise ValueError(f"callback when {self.when!r}: use one of {CALLBACK_WHEN}")
+        if not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"callback url {self.url!r} must be http:// or https://")
+
+    def request(self, effect: dict[str, Any], now: float) -> tuple[bytes, dict[str, str]]:
+        """The signed callback for ``effect``: body and headers, as the sender signs it."""
+        if self.scheme == "twilio":
+            params = {"MessageSid": str(effect["id"] or ""), "MessageStatus": effect["status"],
+                      "ActionId": effect["action_id"], "Key": effect["reconciliation_key"] or ""}  # fmt: skip
+            text = self.url + "".join(k + params[k] for k in sorted(params))
+            mac = hmac.new(self.secret.encode(), text.encode(), hashlib.sha1).digest()
+            return urlencode(params).encode(), {
+                "Content-Type": "application/x-www-form-urlencoded",
+                "X-Twilio-Signature": base64.b64encode(mac).decode(),
+            }
+        body = json.dumps({"type": "effect.status", "data": effect}).encode()
+        msg_id = "msg_" + secrets.token_hex(12)
+        stamp = str(int(now))
+        key = base64.b64decode(self.secret.removeprefix("whsec_") + "==")
+        mac = hmac.new(key, f"{msg_id}.{stamp}.".encode() + body, hashlib.sha256).digest()
+        return body, {
+            "Content-Type": "application/json",
+            "webhook-id": msg_id,
+            "webhook-timestamp": stamp,
+            "webhook-signature": "v1," + base64.b64encode(mac).decode(),
+        }
 
 
 def _json(code: int, obj: Any) -> _Reply:
@@ -138,6 +202,7 @@ class SimServer:
         default_fault: str = "ok",
         huge_bytes: int = 8 * 1024 * 1024,
         latency: float = 0.0,
+        callbacks: CallbackPlan | None = None,
     ) -> None:
         self.host = host
         self.latency = latency  # s before each operation's answer
@@ -147,6 +212,7 @@ class SimServer:
         self.lag = lag
         self.default_fault = default_fault
         self.huge_bytes = huge_bytes
+        self.callbacks = callbacks  # None: the server never calls back
         self._lock = threading.Lock()
         self._stopping = threading.Event()  # hanging handlers wait on this
         self._httpd: _HTTPServer | None = None
@@ -162,6 +228,8 @@ class SimServer:
         self._queries: dict[str, int] = {}  # reconciliation key / setting name -> GETs
         # name -> [(visible_at, value)] in write order; the last visible entry wins.
         self._settings: dict[str, list[tuple[float, Any]]] = {}
+        self._callback_when: dict[str, str] = {}  # action_id -> when, from a plan
+        self._callbacks_sent: list[dict[str, Any]] = []
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -219,12 +287,50 @@ class SimServer:
         with self._lock:
             self._init_state()
 
+    def plan_callback(self, action_id: str, when: str) -> None:
+        """Call back for ``action_id`` at ``when`` (or "none"), whatever the server's own."""
+        if when not in CALLBACK_WHEN:
+            raise ValueError(f"callback when {when!r}: use one of {CALLBACK_WHEN}")
+        with self._lock:
+            self._callback_when[action_id] = when
+
+    def callbacks_for(self, action_id: str) -> list[dict[str, Any]]:
+        """The callbacks posted for ``action_id``, each with the answer it got."""
+        with self._lock:
+            return [dict(c) for c in self._callbacks_sent if c["action_id"] == action_id]
+
+    def _call_back(self, effect: dict[str, Any] | None, moment: str) -> None:
+        """Post the callback for ``effect`` if the plan says so at ``moment``."""
+        plan = self.callbacks
+        if effect is None or plan is None:
+            return
+        with self._lock:
+            when = self._callback_when.get(effect["action_id"], plan.when)
+        if when not in (moment, "both"):
+            return
+        import urllib.error
+        import urllib.request
+
+        body, headers = plan.request(effect, time.time())
+        sent: dict[str, Any] = {**effect, "when": moment, "code": None, "answer": None}
+        req = urllib.request.Request(plan.url, data=body, headers=headers, method="POST")  # noqa: S310 - loopback test double
+        try:
+            with urllib.request.urlopen(req, timeout=_CALLBACK_TIMEOUT) as res:  # noqa: S310
+                sent["code"], sent["answer"] = res.status, res.read(4096).decode("utf-8", "replace")
+        except urllib.error.HTTPError as exc:
+            sent["code"], sent["answer"] = exc.code, exc.read(4096).decode("utf-8", "replace")
+        except OSError as exc:
+            sent["answer"] = f"not delivered: {exc}"
+        with self._lock:
+            self._callbacks_sent.append(sent)
+
     def truth(self) -> dict[str, Any]:
         with self._lock:
             return {
                 "requests": [dict(r) for r in self._requests],
                 "effects": dict(self._counts),
                 "queries": dict(self._queries),
+                "callbacks": [dict(c) for c in self._callbacks_sent],
             }
 
     def requests_for(self, action_id: str) -> list[dict[str, Any]]:
@@ -317,7 +423,9 @@ class SimServer:
                 if rkey is not None:
                     visible = time.monotonic() + self.lag
                     self._effects.setdefault(rkey, []).append(_Effect("bounced", None, visible))
-                return _Outcome("reply", _json(202, {"status": "queued"}))
+                bounced = {"id": None, "action_id": action_id, "reconciliation_key": rkey,
+                           "status": "bounced"}  # fmt: skip
+                return _Outcome("reply", _json(202, {"status": "queued"}), effect=bounced)
 
             # Everything left applies the effect exactly once.
             lag = float(arg) if kind == "lag" and arg is not None else self.lag
@@ -326,9 +434,10 @@ class SimServer:
             if ikey:
                 self._replies.setdefault(ikey, reply)
             out = self._deliver(kind, reply)
-            if kind == "latency" and arg is not None:
-                out = _Outcome(out.wire, out.reply, float(arg))
-            return out
+            effect = {"id": _reply_id(reply), "action_id": action_id, "reconciliation_key": rkey,
+                      "status": "applied" if op in ("book", "set") else "delivered"}  # fmt: skip
+            delay = float(arg) if kind == "latency" and arg is not None else out.delay
+            return _Outcome(out.wire, out.reply, delay, effect)
 
     def _apply(self, op: str, action_id: str, rkey: str | None, params: Any, lag: float) -> _Reply:
         """Apply one effect (lock held) and return the operation's normal reply."""
@@ -383,6 +492,16 @@ def _normal_reply(op: str) -> tuple[_Reply, str | None]:
     if op == "notify":
         return _Reply(204), None
     return _json(202, {"status": "accepted"}), None  # set
+
+
+def _reply_id(reply: _Reply) -> str | None:
+    """The object id a normal reply names (``id`` or ``receipt``)."""
+    try:
+        body = json.loads(reply.body) if reply.body else {}
+    except ValueError:
+        return None
+    found = body.get("id", body.get("receipt")) if isinstance(body, dict) else None
+    return found if isinstance(found, str) else None
 
 
 def _accepted_reply(op: str) -> _Reply:
@@ -511,6 +630,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(_json(200, {"reset": True}))
         if path == "/_plan":
             return self._plan(body, error)
+        if path == "/_callbacks":
+            return self._callbacks(body, error)
         if path.startswith("/v1/"):
             return self._operation(path[len("/v1/") :], body, error)
         self._send(_json(404, {"error": f"no route POST {path}"}))
@@ -526,8 +647,24 @@ class _Handler(BaseHTTPRequestHandler):
         if not ok:
             msg = error or 'body must be {"action_id": str, "faults": [str, ...]}'
             return self._send(_json(400, {"error": msg}))
+        if "callback" in body:
+            try:
+                self.sim.plan_callback(body["action_id"], str(body["callback"]))
+            except ValueError as exc:
+                return self._send(_json(400, {"error": str(exc)}))
         self.sim.plan(body["action_id"], *body["faults"])
         self._send(_json(200, {"action_id": body["action_id"], "queued": len(body["faults"])}))
+
+    def _callbacks(self, body: Any, error: str) -> None:
+        if error or not isinstance(body, dict) or not isinstance(body.get("url"), str):
+            return self._send(_json(400, {"error": error or 'body must be {"url": str, ...}'}))
+        try:
+            plan = CallbackPlan(body["url"], str(body.get("scheme", "standard-webhooks")),
+                                str(body.get("secret", "")), str(body.get("when", "after")))  # fmt: skip
+        except ValueError as exc:
+            return self._send(_json(400, {"error": str(exc)}))
+        self.sim.callbacks = plan
+        self._send(_json(200, {"callbacks": plan.url}))
 
     def _operation(self, op: str, body: Any, error: str) -> None:
         if op not in OPERATIONS:
@@ -552,7 +689,10 @@ class _Handler(BaseHTTPRequestHandler):
         delay = self.sim.latency + outcome.delay + _seconds(self.headers.get("X-Sim-Latency"))
         if delay > 0:
             self.sim._stopping.wait(delay)  # outside the lock; stop() cuts it short
+        self.sim._call_back(outcome.effect, "before")  # overtakes the reply
         self._perform(outcome)
+        self.wfile.flush()
+        self.sim._call_back(outcome.effect, "after")
 
     # -- the wire ---------------------------------------------------------------------
 
@@ -621,6 +761,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hang", type=float, default=5.0, help="s a timeout fault holds on")
     parser.add_argument("--default-fault", default="ok", help="fault when a plan is empty")
     parser.add_argument("--latency", type=float, default=0.0, help="s before each answer")
+    parser.add_argument("--callback-url", help="call back to this URL for each effect")
+    parser.add_argument("--callback-scheme", default="standard-webhooks", choices=CALLBACK_SCHEMES)
+    parser.add_argument(
+        "--callback-secret", default="", help="the secret callbacks are signed with"
+    )
+    parser.add_argument("--callback-when", default="after", choices=CALLBACK_WHEN)
     args = parser.parse_args(argv)
 
     stop = threading.Event()
@@ -633,7 +779,9 @@ def main(argv: list[str] | None = None) -> int:
         hang=args.hang,
         default_fault=args.default_fault,
         latency=args.latency,
-    )
+        callbacks=CallbackPlan(args.callback_url, args.callback_scheme, args.callback_secret,
+                               args.callback_when) if args.callback_url else None,
+    )  # fmt: skip
     with server:
         print(server.url, flush=True)
         while not stop.wait(0.2):

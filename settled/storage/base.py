@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from ..clock import Clock, from_text
@@ -23,10 +24,13 @@ from ..errors import Conflict, NotFound
 from ..model import (
     Acceptance,
     ActionRecord,
+    Callback,
     Declared,
     Delivery,
     Event,
     EventKind,
+    PendingCallback,
+    Reported,
     Status,
     Tier,
     check_transition,
@@ -87,7 +91,9 @@ class Move:
     correction: bool = False
 
     def __post_init__(self) -> None:
-        if self.kind is None or self.kind.changes_nothing:
+        if self.kind is not None and self.kind.may_stay and self.frm is self.to:
+            pass  # evidence on a record that stays where it is (a terminal one included)
+        elif self.kind is None or self.kind.changes_nothing:
             if self.frm is not self.to:
                 raise ValueError(
                     f"{self.kind or 'a schedule change'} cannot move {self.frm} → {self.to}"
@@ -166,6 +172,9 @@ class Figures:
     budget_spent: int = 0
     found_by_person: int = 0
     contradictions: int = 0  # terminal records that later evidence contradicts
+    confirmed_by_callback: int = 0  # a provider's signed callback reported the effect
+    failed_by_callback: int = 0  # callback events that moved a record to FAILED
+    callbacks: int = 0  # callback events recorded on this operation's records
     first_seen_n: int = 0
     first_seen_p50: float | None = None
     first_seen_p95: float | None = None
@@ -189,6 +198,55 @@ class Figures:
 
 Expire = Callable[[ActionRecord], Move]
 History = tuple[ActionRecord, list[Event]]  # a record and its event log, oldest first
+# How a callback applies to the record it names (``policy.callback``): given the kept
+# callback (with the attempt it is bound to, if any) and the record as it is now, the
+# move that records it, or None to keep it pending (the record's outcome is not written).
+Decide = Callable[[PendingCallback, ActionRecord, datetime], "Move | None"]
+
+
+class Taken(StrEnum):
+    """What became of one callback event at the ledger (its ``reason`` code)."""
+
+    MATCHED = "matched"  # recorded on its record, with any move, in one transaction
+    PENDING = "pending"  # kept until its record can take it
+    DUPLICATE = "duplicate"  # its event id was recorded before: nothing changed
+    AMBIGUOUS = "ambiguous"  # kept pending: several records hold the value it names
+
+
+RETRY_PENDING = (5.0, 600.0)  # s: a pass retries a pending callback after 5 s, doubling to 10 min
+
+
+def retry_pending_at(now: datetime, tries: int) -> str:
+    """When a pass next tries to match a pending callback that failed ``tries`` times."""
+    from ..clock import plus, to_text
+
+    first, most = RETRY_PENDING
+    return str(to_text(plus(now, min(first * 2 ** min(tries, 20), most))))
+
+
+@dataclass
+class Sweep:
+    """What one pass over the pending callbacks did."""
+
+    examined: int = 0
+    matched: list[tuple[PendingCallback, Move]] = field(default_factory=list)
+    expired: int = 0
+
+
+@dataclass
+class CallbackFigures:
+    """Callbacks of one provider, for ``providers audit``: kept, by state, and the
+    records callbacks settled."""
+
+    matched: int = 0
+    pending: int = 0
+    expired: int = 0
+    oldest_pending: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
 
 
 class Ledger(ABC):
@@ -201,6 +259,7 @@ class Ledger(ABC):
     driver surface as ``settled.errors.LedgerError`` (or a subclass)."""
 
     location: str  # where it is, fit to show (a URL's password is masked)
+    thread_safe = False  # whether several threads may use one ledger object at once
     probe: Probe = no_probe  # crash points, armed by tests through the process entry
 
     @staticmethod
@@ -377,11 +436,74 @@ class Ledger(ABC):
         """Up to ``limit`` records with an id after ``after`` (in byte order of their
         ids), each with its whole event log: a page of the ledger, to copy it."""
 
+    # -- callbacks (rule 16) -------------------------------------------------------------
+
+    @abstractmethod
+    def take_callback(
+        self, cb: Callback, decide: Decide, *, now: datetime
+    ) -> tuple[Taken, Move | None]:
+        """Record one verified callback event ONCE (its ``(provider, event_id)`` is a
+        unique key shared by every process on the ledger) and, in the same transaction,
+        apply it to the record it names when there is exactly one and ``decide`` gives
+        a move: the move, its event and the callback's row commit together. Otherwise
+        it is kept pending (bound to the record when it is in flight). A redelivery of a
+        recorded event id changes nothing (``DUPLICATE``)."""
+
+    @abstractmethod
+    def match_callbacks(self, rec: ActionRecord, decide: Decide, *, now: datetime) -> list[Move]:
+        """Apply the pending callbacks that name ``rec`` (by the attempt they are bound
+        to, or by the value they name), oldest first, each with its move and event in
+        one transaction with its row; those that must still wait stay pending. Called
+        after an outcome is written: it serialises with ``take_callback`` on the values
+        named, so a callback kept while the outcome was being written is found here."""
+
+    @abstractmethod
+    def sweep_callbacks(self, decide: Decide, *, now: datetime, size: int) -> Sweep:
+        """A reconciler pass's share: up to ``size`` pending callbacks due for another
+        try (oldest due first) are matched where they now can be; those past their
+        ``expires_at`` become ``expired`` (kept, visible, never applied)."""
+
+    @abstractmethod
+    def callback_figures(self) -> dict[str, CallbackFigures]:
+        """Per provider: callbacks matched, pending and expired."""
+
+    @abstractmethod
+    def pending_callbacks(self, rec: ActionRecord) -> int:
+        """How many pending callbacks name ``rec`` (bound to it, or naming one of its
+        values): shown by ``show``."""
+
     @abstractmethod
     def restore(self, history: Iterable[History]) -> int:
         """Write records and their events exactly as they were (ids, times, details),
         all in ONE transaction: the copy lands whole or not at all. Only for an empty
         ledger; an id already present is an error. Returns how many records."""
+
+
+def pending_from_row(row: Mapping[str, Any]) -> PendingCallback:
+    """A callbacks row (``CALLBACK_COLUMNS``) as the kept callback it is."""
+    cb = Callback(
+        provider=row["provider"], event_id=row["event_id"], scheme=row["scheme"],
+        names=row["names"], key=row["key"], status=row["status"],
+        reported=Reported(row["reported"]), digest=row["digest"],
+        received_at=row["received_at"], expires_at=row["expires_at"], item=row["item"],
+    )  # fmt: skip
+    return PendingCallback(cb, row["action_id"], row["attempt"], int(row["tries"] or 0))
+
+
+CALLBACK_COLUMNS = (
+    "provider", "event_id", "scheme", "names", "key", "status", "reported", "digest",
+    "received_at", "expires_at", "item", "action_id", "attempt", "tries",
+)  # fmt: skip
+
+
+def callback_row(cb: Callback) -> dict[str, Any]:
+    """A new callback's row, pending until matched."""
+    return {
+        "provider": cb.provider, "event_id": cb.event_id, "scheme": cb.scheme,
+        "names": cb.names, "key": cb.key, "status": cb.status, "reported": str(cb.reported),
+        "digest": cb.digest, "item": cb.item, "received_at": cb.received_at,
+        "expires_at": cb.expires_at, "state": "pending",
+    }  # fmt: skip
 
 
 def same_action(existing: ActionRecord, new: ActionRecord) -> None:
@@ -536,9 +658,12 @@ def recorded_detail(rec: ActionRecord) -> dict[str, Any]:
 
 
 __all__ = [
+    "CALLBACK_COLUMNS",
     "COLUMNS",
     "DUE_STATUSES",
     "WRITABLE",
+    "CallbackFigures",
+    "Decide",
     "DueBatch",
     "Expire",
     "Figures",
@@ -546,7 +671,12 @@ __all__ = [
     "Ledger",
     "Move",
     "Selection",
+    "Sweep",
+    "Taken",
+    "callback_row",
     "from_row",
+    "pending_from_row",
+    "retry_pending_at",
     "same_action",
     "sort_due",
     "to_row",

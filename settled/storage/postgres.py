@@ -44,13 +44,24 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
-from ..clock import Clock, SteadyClock, from_text, steady
+from ..clock import Clock, SteadyClock, from_text, steady, to_text
 from ..crashpoints import Probe, no_probe
 from ..errors import LedgerBusy, LedgerError, LedgerFull, LedgerReadOnly, MissingExtra
-from ..model import ActionRecord, Event, EventKind, Status
+from ..model import (
+    CALLBACK_NAMES,
+    ActionRecord,
+    Callback,
+    Event,
+    EventKind,
+    PendingCallback,
+    Status,
+)
 from . import postgres_schema
 from .base import (
+    CALLBACK_COLUMNS,
     COLUMNS,
+    CallbackFigures,
+    Decide,
     DueBatch,
     Expire,
     Figures,
@@ -58,9 +69,14 @@ from .base import (
     Ledger,
     Move,
     Selection,
+    Sweep,
+    Taken,
+    callback_row,
     event_detail_text,
     from_row,
+    pending_from_row,
     recorded_detail,
+    retry_pending_at,
     same_action,
     sort_due,
     to_row,
@@ -180,6 +196,8 @@ class DatabaseClock(SteadyClock):
 
 
 class PostgresLedger(Ledger):
+    thread_safe = True  # threads that use it at once get connections of their own
+
     def __init__(
         self,
         conninfo: str,
@@ -489,7 +507,8 @@ class PostgresLedger(Ledger):
         def run(cur: Cursor) -> str:
             cur.execute(
                 "SELECT t.tgname FROM pg_trigger t WHERE t.tgenabled <> 'D'"
-                " AND t.tgrelid IN (to_regclass('actions'), to_regclass('events'))"
+                " AND t.tgrelid IN (to_regclass('actions'), to_regclass('events'),"
+                " to_regclass('callbacks'))"
             )
             enabled = {r[0] for r in cur.fetchall()}
             missing = [t for t in postgres_schema.TRIGGERS if t not in enabled]
@@ -663,6 +682,133 @@ class PostgresLedger(Ledger):
                 ([r.action_id for r in leased], [r.next_check_at for r in leased], owner),
             )
 
+    # ------------------------------------------------------------ callbacks
+    def take_callback(
+        self, cb: Callback, decide: Decide, *, now: datetime
+    ) -> tuple[Taken, Move | None]:
+        row = {k: _clean(v) for k, v in callback_row(cb).items()}
+        row["next_check_at"] = retry_pending_at(now, 0)
+        with self._tx("record a callback") as cur:
+            _lock_values(cur, cb.provider, [cb.key])
+            cur.execute(
+                f"INSERT INTO callbacks ({', '.join(row)}) VALUES ({', '.join(['%s'] * len(row))})"
+                " ON CONFLICT (provider, event_id) DO NOTHING",
+                list(row.values()),
+            )
+            if cur.rowcount != 1:
+                return Taken.DUPLICATE, None
+            return self._settle_callback(cur, PendingCallback(cb), decide, now)
+
+    def match_callbacks(self, rec: ActionRecord, decide: Decide, *, now: datetime) -> list[Move]:
+        moves: list[Move] = []
+        values = {v for v in (rec.action_id, rec.reconciliation_key, rec.provider_object_id) if v}
+        with self._tx("match callbacks") as cur:
+            _lock_values(cur, rec.provider, sorted(values))
+            sql, args = _pending_where(rec)
+            cur.execute(
+                f"SELECT {_CB_COLS} FROM callbacks WHERE {sql} ORDER BY received_at, event_id"
+                " FOR UPDATE",
+                args,
+            )
+            for pending in [pending_from_row(r) for r in _cb_dicts(cur)]:
+                _, move = self._settle_callback(cur, pending, decide, now)
+                if move is not None:
+                    moves.append(move)
+        return moves
+
+    def sweep_callbacks(self, decide: Decide, *, now: datetime, size: int) -> Sweep:
+        sweep = Sweep()
+        at = to_text(now)
+        due = self._all(
+            "SELECT provider, event_id, key FROM callbacks WHERE state = 'pending'"
+            " AND next_check_at <= %s ORDER BY next_check_at LIMIT %s",
+            (at, size),
+        )
+        for provider, event_id, key in due:
+            with self._tx("match a pending callback") as cur:
+                _lock_values(cur, provider, [key])
+                cur.execute(
+                    f"SELECT {_CB_COLS} FROM callbacks WHERE provider = %s AND event_id = %s"
+                    " AND state = 'pending' FOR UPDATE SKIP LOCKED",
+                    (provider, event_id),
+                )
+                rows = _cb_dicts(cur)
+                if not rows:
+                    continue  # matched meanwhile, or another pass has it
+                sweep.examined += 1
+                pending = pending_from_row(rows[0])
+                if pending.callback.expires_at <= at:
+                    cur.execute(
+                        "UPDATE callbacks SET state = 'expired', next_check_at = NULL"
+                        " WHERE provider = %s AND event_id = %s",
+                        (provider, event_id),
+                    )
+                    sweep.expired += 1
+                    continue
+                _, move = self._settle_callback(cur, pending, decide, now)
+                if move is not None:
+                    sweep.matched.append((pending, move))
+                else:
+                    cur.execute(
+                        "UPDATE callbacks SET tries = tries + 1, next_check_at = %s"
+                        " WHERE provider = %s AND event_id = %s AND state = 'pending'",
+                        (retry_pending_at(now, pending.tries + 1), provider, event_id),
+                    )
+        return sweep
+
+    def callback_figures(self) -> dict[str, CallbackFigures]:
+        rows = self._all(
+            "SELECT provider, state, count(*), min(received_at) FROM callbacks GROUP BY 1, 2"
+        )
+        out: dict[str, CallbackFigures] = {}
+        for provider, state, n, oldest in rows:
+            f = out.setdefault(provider, CallbackFigures())
+            setattr(f, state, int(n))
+            if state == "pending":
+                f.oldest_pending = oldest
+        return out
+
+    def pending_callbacks(self, rec: ActionRecord) -> int:
+        sql, args = _pending_where(rec)
+        return int(self._all(f"SELECT count(*) FROM callbacks WHERE {sql}", args)[0][0])
+
+    def _settle_callback(
+        self, cur: Cursor, pending: PendingCallback, decide: Decide, now: datetime
+    ) -> tuple[Taken, Move | None]:
+        """Apply one kept callback to the record it names, inside the caller's
+        transaction (the record's row locked), or leave it pending (bound to its record
+        while that is in flight)."""
+        cb = pending.callback
+        key = (cb.provider, cb.event_id)
+        if pending.action_id is not None:
+            cur.execute(f"{_SELECT} WHERE action_id = %s FOR UPDATE", (pending.action_id,))
+        else:
+            assert cb.names in CALLBACK_NAMES  # a column name from a fixed list
+            cur.execute(
+                f"{_SELECT} WHERE provider = %s AND {cb.names} = %s LIMIT 2 FOR UPDATE",
+                (cb.provider, cb.key),
+            )
+        found = [from_row(dict(zip(COLUMNS, r, strict=True))) for r in cur.fetchall()]
+        if len(found) != 1:
+            return (Taken.AMBIGUOUS if found else Taken.PENDING), None
+        rec = found[0]
+        move = decide(pending, rec, now)
+        if move is None or self._apply(cur, move, everything=False) is None:
+            cur.execute(
+                "UPDATE callbacks SET action_id = %s, attempt = %s WHERE provider = %s"
+                " AND event_id = %s AND state = 'pending'",
+                (rec.action_id, pending.attempt or rec.attempt, *key),
+            )
+            return Taken.PENDING, None
+        cur.execute(
+            "UPDATE callbacks SET state = 'matched', action_id = %s, attempt = %s,"
+            " matched_at = %s, next_check_at = NULL WHERE provider = %s AND event_id = %s"
+            " AND state = 'pending'",
+            (rec.action_id, rec.attempt if pending.attempt is None else pending.attempt,
+             to_text(now), *key),
+        )  # fmt: skip
+        return Taken.MATCHED, move
+
     # ------------------------------------------------------------ copying
     def export(self, *, after: str | None = None, limit: int = 500) -> list[History]:
         with self._tx("read a page of the ledger") as cur:
@@ -761,6 +907,35 @@ class PostgresLedger(Ledger):
 
 
 # -- statements ------------------------------------------------------------------------------
+
+_CB_COLS = ", ".join(CALLBACK_COLUMNS)
+
+
+def _cb_dicts(cur: Cursor) -> list[dict[str, Any]]:
+    return [dict(zip(CALLBACK_COLUMNS, r, strict=True)) for r in cur.fetchall()]
+
+
+def _lock_values(cur: Cursor, provider: str, values: Sequence[str]) -> None:
+    """Take, for this transaction, the lock on each value a callback may name, in
+    order: a callback kept while an outcome naming it is written, and the match that
+    follows the outcome, serialise on it, so neither can miss the other."""
+    for value in values:
+        cur.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || %s, 0))",
+            (_clean(f"\x1fsettled callback\x1f{provider}\x1f{value}"),),
+        )
+
+
+def _pending_where(rec: ActionRecord) -> tuple[str, list[Any]]:
+    """Pending callbacks that name ``rec``: bound to it, or naming one of its values."""
+    return (
+        "provider = %s AND state = 'pending' AND (action_id = %s OR (action_id IS NULL AND ("
+        "(names = 'action_id' AND key = %s) OR (names = 'reconciliation_key' AND key = %s)"
+        " OR (names = 'provider_object_id' AND key = %s))))",
+        [rec.provider, rec.action_id, rec.action_id, rec.reconciliation_key,
+         rec.provider_object_id],
+    )  # fmt: skip
+
 
 Statement = tuple[str, list[Any]]
 

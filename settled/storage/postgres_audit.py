@@ -19,7 +19,8 @@ SELECT provider, operation, count(*),
        count(*) FILTER (WHERE confirmed_by LIKE 'operator:%'),
        count(*) FILTER (WHERE checks > 0),
        count(*) FILTER (WHERE confirmed_by = 'reconciliation' AND checks > 1),
-       count(*) FILTER (WHERE contradiction IS NOT NULL)
+       count(*) FILTER (WHERE contradiction IS NOT NULL),
+       count(*) FILTER (WHERE confirmed_by LIKE 'callback:%')
 FROM actions GROUP BY provider, operation
 """
 
@@ -51,7 +52,7 @@ SELECT a.provider, a.operation, e.kind, e.to_status,
        END,
        count(*)
 FROM events e JOIN actions a ON a.action_id = e.action_id
-WHERE e.kind IN (%(outcome)s, %(reconciled)s, %(resolved)s, %(unresolved)s)
+WHERE e.kind IN (%(outcome)s, %(reconciled)s, %(resolved)s, %(unresolved)s, %(callback)s)
 GROUP BY 1, 2, 3, 4, 5
 """
 

@@ -127,6 +127,9 @@ TRIGGERS = (
     "events_no_truncate",
     "actions_no_delete",
     "actions_no_truncate",
+    "callbacks_no_delete",
+    "callbacks_no_truncate",
+    "callbacks_as_received",
 )
 
 
@@ -135,8 +138,74 @@ def _m001_initial(cur: Cursor) -> None:
         cur.execute(statement)
 
 
+_M002 = [
+    # Signed provider callbacks (rule 16). One row per (provider, event id): the primary
+    # key is the dedupe that every serve process on every host shares, so a redelivery
+    # finds its row and changes nothing. A row is ``pending`` until it is applied to its
+    # record (``matched``) or outlives ``expires_at`` (``expired``). Neither the body nor
+    # the secret is kept, only the body's sha256. Rows are never deleted.
+    """
+    CREATE TABLE callbacks (
+        provider text COLLATE "C" NOT NULL,
+        event_id text COLLATE "C" NOT NULL,
+        scheme text NOT NULL,
+        names text NOT NULL,
+        key text COLLATE "C" NOT NULL,
+        status text NOT NULL,
+        reported text NOT NULL,
+        digest text NOT NULL,
+        item integer,
+        received_at timestamptz NOT NULL,
+        expires_at timestamptz NOT NULL,
+        state text NOT NULL CHECK (state IN ('pending', 'matched', 'expired')),
+        action_id text COLLATE "C",
+        attempt integer,
+        matched_at timestamptz,
+        next_check_at timestamptz,
+        tries integer NOT NULL DEFAULT 0,
+        PRIMARY KEY (provider, event_id)
+    )
+    """,
+    "CREATE INDEX callbacks_due ON callbacks (next_check_at) WHERE state = 'pending'",
+    "CREATE INDEX callbacks_named ON callbacks (provider, key) WHERE state = 'pending'",
+    "CREATE INDEX callbacks_bound ON callbacks (action_id) WHERE state = 'pending'",
+    # A callback names its record by its object id or its reconciliation key.
+    "CREATE INDEX actions_object ON actions (provider, provider_object_id)"
+    " WHERE provider_object_id IS NOT NULL",
+    "CREATE INDEX actions_key ON actions (provider, reconciliation_key)"
+    " WHERE reconciliation_key IS NOT NULL",
+    "CREATE TRIGGER callbacks_no_delete BEFORE DELETE ON callbacks"
+    " FOR EACH ROW EXECUTE FUNCTION settled_refuse('callbacks are never deleted')",
+    "CREATE TRIGGER callbacks_no_truncate BEFORE TRUNCATE ON callbacks"
+    " FOR EACH STATEMENT EXECUTE FUNCTION settled_refuse('callbacks are never deleted')",
+    # What a callback said is kept as it came; only its state moves, and only on.
+    """
+    CREATE FUNCTION settled_callback_as_received() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF (NEW.provider, NEW.event_id, NEW.scheme, NEW.names, NEW.key, NEW.status,
+            NEW.reported, NEW.digest, NEW.received_at)
+           IS DISTINCT FROM (OLD.provider, OLD.event_id, OLD.scheme, OLD.names, OLD.key,
+            OLD.status, OLD.reported, OLD.digest, OLD.received_at)
+           OR OLD.state <> 'pending' THEN
+            RAISE EXCEPTION 'settled: a callback is kept as it was received';
+        END IF;
+        RETURN NEW;
+    END
+    $$
+    """,
+    "CREATE TRIGGER callbacks_as_received BEFORE UPDATE ON callbacks"
+    " FOR EACH ROW EXECUTE FUNCTION settled_callback_as_received()",
+]
+
+
+def _m002_callbacks(cur: Cursor) -> None:
+    for statement in _M002:
+        cur.execute(statement)
+
+
 MIGRATIONS: list[tuple[str, Step]] = [
     ("001_initial", _m001_initial),
+    ("002_callbacks", _m002_callbacks),
 ]
 
 LATEST = len(MIGRATIONS)

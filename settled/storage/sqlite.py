@@ -37,10 +37,13 @@ from typing import Any, TypeVar
 from ..clock import Clock, SteadyClock, boot_id, from_text, steady, to_text, utcnow
 from ..crashpoints import Probe, no_probe
 from ..errors import LedgerBusy, LedgerError, LedgerFull, LedgerReadOnly
-from ..model import ActionRecord, Event, EventKind
+from ..model import CALLBACK_NAMES, ActionRecord, Callback, Event, EventKind, PendingCallback
 from .base import (
+    CALLBACK_COLUMNS,
     COLUMNS,
     DUE_STATUSES,
+    CallbackFigures,
+    Decide,
     DueBatch,
     Expire,
     Figures,
@@ -48,16 +51,21 @@ from .base import (
     Ledger,
     Move,
     Selection,
+    Sweep,
+    Taken,
+    callback_row,
     event_detail_text,
     from_row,
+    pending_from_row,
     recorded_detail,
+    retry_pending_at,
     same_action,
     sort_due,
     to_row,
 )
 
 APPLICATION_ID = 0x53544C44  # "STLD": marks a file as a settled ledger
-SCHEMA_VERSION = 4  # == sqlite_schema.LATEST (checked by a test)
+SCHEMA_VERSION = 5  # == sqlite_schema.LATEST (checked by a test)
 DEFAULT_BUSY_TIMEOUT = 10.0
 HAS_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)  # UPDATE … RETURNING
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM actions"
@@ -480,6 +488,131 @@ class SqliteLedger(Ledger):
                 [(rec.next_check_at, rec.action_id, owner) for rec in leased],
             )
 
+    # ------------------------------------------------------------ callbacks
+    def take_callback(
+        self, cb: Callback, decide: Decide, *, now: datetime
+    ) -> tuple[Taken, Move | None]:
+        row = callback_row(cb)
+        row["next_check_at"] = retry_pending_at(now, 0)
+        with self._write("record a callback") as c:
+            cur = c.execute(
+                f"INSERT INTO callbacks ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})"
+                " ON CONFLICT(provider, event_id) DO NOTHING",
+                list(row.values()),
+            )
+            if cur.rowcount != 1:
+                return Taken.DUPLICATE, None
+            return self._settle_callback(c, PendingCallback(cb), decide, now)
+
+    def match_callbacks(self, rec: ActionRecord, decide: Decide, *, now: datetime) -> list[Move]:
+        moves: list[Move] = []
+        # A read first, without the write lock: a callback is kept in ONE write transaction
+        # that reads the record and inserts, so after our outcome's commit it is either
+        # committed (seen here) or not begun (it will see the outcome itself).
+        if not self.pending_callbacks(rec):
+            return moves
+        with self._write("match callbacks") as c:
+            for pending in self._pending_for(c, rec):
+                _, move = self._settle_callback(c, pending, decide, now)
+                if move is not None:
+                    moves.append(move)
+        return moves
+
+    def sweep_callbacks(self, decide: Decide, *, now: datetime, size: int) -> Sweep:
+        sweep = Sweep()
+        at = to_text(now)
+        due = self._read_all(
+            "SELECT 1 FROM callbacks WHERE state = 'pending' AND next_check_at <= ? LIMIT 1", (at,)
+        )
+        if not due:  # a pass with nothing kept takes no write lock
+            return sweep
+        with self._write("match pending callbacks") as c:
+            cur = c.execute(
+                f"SELECT {_CB_COLS} FROM callbacks WHERE state = 'pending' AND next_check_at <= ?"
+                " ORDER BY next_check_at LIMIT ?",
+                (at, size),
+            )
+            rows = _dicts(cur)
+            for row in rows:
+                sweep.examined += 1
+                pending = pending_from_row(row)
+                key = (pending.callback.provider, pending.callback.event_id)
+                if pending.callback.expires_at <= at:
+                    c.execute(
+                        "UPDATE callbacks SET state = 'expired', next_check_at = NULL"
+                        " WHERE provider = ? AND event_id = ? AND state = 'pending'", key,
+                    )  # fmt: skip
+                    sweep.expired += 1
+                    continue
+                _, move = self._settle_callback(c, pending, decide, now)
+                if move is not None:
+                    sweep.matched.append((pending, move))
+                else:
+                    c.execute(
+                        "UPDATE callbacks SET tries = tries + 1, next_check_at = ?"
+                        " WHERE provider = ? AND event_id = ? AND state = 'pending'",
+                        (retry_pending_at(now, pending.tries + 1), *key),
+                    )
+        return sweep
+
+    def callback_figures(self) -> dict[str, CallbackFigures]:
+        rows = self._read_all(
+            "SELECT provider, state, count(*), min(received_at) FROM callbacks GROUP BY 1, 2"
+        )
+        out: dict[str, CallbackFigures] = {}
+        for provider, state, n, oldest in rows:
+            f = out.setdefault(provider, CallbackFigures())
+            setattr(f, state, int(n))
+            if state == "pending":
+                f.oldest_pending = oldest
+        return out
+
+    def pending_callbacks(self, rec: ActionRecord) -> int:
+        sql, args = _pending_where(rec)
+        with self._mapped("read"):
+            return int(self._read_one(f"SELECT count(*) FROM callbacks WHERE {sql}", args)[0])
+
+    def _pending_for(self, c: sqlite3.Connection, rec: ActionRecord) -> list[PendingCallback]:
+        sql, args = _pending_where(rec)
+        cur = c.execute(
+            f"SELECT {_CB_COLS} FROM callbacks WHERE {sql} ORDER BY received_at, event_id", args
+        )
+        return [pending_from_row(r) for r in _dicts(cur)]
+
+    def _settle_callback(
+        self, c: sqlite3.Connection, pending: PendingCallback, decide: Decide, now: datetime
+    ) -> tuple[Taken, Move | None]:
+        """Apply one kept callback to the record it names, inside the caller's
+        transaction, or leave it pending (bound to its record while that is in flight)."""
+        cb = pending.callback
+        key = (cb.provider, cb.event_id)
+        if pending.action_id is not None:
+            cur = c.execute(f"{_SELECT} WHERE action_id = ?", (pending.action_id,))
+        else:
+            assert cb.names in CALLBACK_NAMES  # a column name from a fixed list
+            cur = c.execute(
+                f"{_SELECT} WHERE provider = ? AND {cb.names} = ? LIMIT 2", (cb.provider, cb.key)
+            )
+        found = [from_row(r) for r in _dicts(cur)]
+        if len(found) != 1:
+            return (Taken.AMBIGUOUS if found else Taken.PENDING), None
+        rec = found[0]
+        move = decide(pending, rec, now)
+        if move is None or self._apply(c, move, everything=False) is None:
+            c.execute(
+                "UPDATE callbacks SET action_id = ?, attempt = ? WHERE provider = ?"
+                " AND event_id = ? AND state = 'pending'",
+                (rec.action_id, pending.attempt or rec.attempt, *key),
+            )
+            return Taken.PENDING, None
+        c.execute(
+            "UPDATE callbacks SET state = 'matched', action_id = ?, attempt = ?, matched_at = ?,"
+            " next_check_at = NULL WHERE provider = ? AND event_id = ? AND state = 'pending'",
+            (rec.action_id, rec.attempt if pending.attempt is None else pending.attempt,
+             to_text(now), *key),
+        )  # fmt: skip
+        return Taken.MATCHED, move
+
     # ------------------------------------------------------------ copying
     def export(self, *, after: str | None = None, limit: int = 500) -> list[History]:
         import json
@@ -600,6 +733,25 @@ class SqliteLedger(Ledger):
             " detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (action_id, at, actor, str(kind), frm, to, attempt, event_detail_text(detail)),
         )
+
+
+_CB_COLS = ", ".join(CALLBACK_COLUMNS)
+
+
+def _dicts(cur: sqlite3.Cursor) -> list[dict[str, Any]]:
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def _pending_where(rec: ActionRecord) -> tuple[str, list[Any]]:
+    """Pending callbacks that name ``rec``: bound to it, or naming one of its values."""
+    return (
+        "provider = ? AND state = 'pending' AND (action_id = ? OR (action_id IS NULL AND ("
+        "(names = 'action_id' AND key = ?) OR (names = 'reconciliation_key' AND key = ?)"
+        " OR (names = 'provider_object_id' AND key = ?))))",
+        [rec.provider, rec.action_id, rec.action_id, rec.reconciliation_key,
+         rec.provider_object_id],
+    )  # fmt: skip
 
 
 def _prepare_file(path: str, create: bool) -> bool:

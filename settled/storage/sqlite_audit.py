@@ -16,7 +16,8 @@ SELECT provider, operation, count(*),
        sum(confirmed_by = 'provider'), sum(confirmed_by = 'reconciliation'),
        sum(confirmed_by LIKE 'operator:%'), sum(checks > 0),
        sum(confirmed_by = 'reconciliation' AND checks > 1),
-       sum(contradiction IS NOT NULL)
+       sum(contradiction IS NOT NULL),
+       sum(confirmed_by LIKE 'callback:%')
 FROM actions GROUP BY provider, operation
 """
 
@@ -48,7 +49,7 @@ SELECT a.provider, a.operation, e.kind, e.to_status,
        END,
        count(*)
 FROM events e JOIN actions a ON a.action_id = e.action_id
-WHERE e.kind IN (:outcome, :reconciled, :resolved, :unresolved)
+WHERE e.kind IN (:outcome, :reconciled, :resolved, :unresolved, :callback)
 GROUP BY 1, 2, 3, 4, 5
 """
 
@@ -67,6 +68,7 @@ _KINDS = {
     "resolved": str(EventKind.RESOLVED),
     "unresolved": str(EventKind.UNRESOLVED),
     "reconciled": str(EventKind.RECONCILED),
+    "callback": str(EventKind.CALLBACK),
 }
 
 
@@ -107,6 +109,7 @@ def fold(
             f.checked,
             f.late,
             f.contradictions,
+            f.confirmed_by_callback,
         ) = (int(x or 0) for x in n)
     for p, o, n, p50, p95 in first_seen:
         f = get(p, o)
@@ -124,6 +127,10 @@ def fold(
             f.ambiguous_sends += times
         elif kind == EventKind.RECONCILED and to == "FAILED":
             f.reconciled_absent += times
+        elif kind == EventKind.CALLBACK:
+            f.callbacks += times
+            if to == "FAILED":
+                f.failed_by_callback += times
         elif kind == EventKind.RESOLVED and value == "applied:1":
             f.found_by_person += times
         elif kind == EventKind.UNRESOLVED and value in (1, "1"):

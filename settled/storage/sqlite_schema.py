@@ -144,11 +144,62 @@ def _m004_edges(db: sqlite_utils.Database) -> None:
     )
 
 
+def _m005_callbacks(db: sqlite_utils.Database) -> None:
+    # Signed provider callbacks (rule 16). One row per (provider, event id): the primary
+    # key is the dedupe, so a redelivery finds its row and changes nothing. A row is
+    # ``pending`` until it is applied to its record (``matched``) or outlives its
+    # ``expires_at`` (``expired``); neither the body nor the secret is kept, only the
+    # body's sha256. Rows are never deleted: the dedupe must outlive every redelivery.
+    db.execute(
+        "CREATE TABLE callbacks (provider TEXT NOT NULL, event_id TEXT NOT NULL,"
+        " scheme TEXT NOT NULL, names TEXT NOT NULL, key TEXT NOT NULL, status TEXT NOT NULL,"
+        " reported TEXT NOT NULL, digest TEXT NOT NULL, item INTEGER,"
+        " received_at TEXT NOT NULL, expires_at TEXT NOT NULL,"
+        " state TEXT NOT NULL CHECK (state IN ('pending', 'matched', 'expired')),"
+        " action_id TEXT, attempt INTEGER, matched_at TEXT, next_check_at TEXT,"
+        " tries INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (provider, event_id))"
+    )
+    db.execute("CREATE INDEX callbacks_due ON callbacks(next_check_at) WHERE state = 'pending'")
+    db.execute("CREATE INDEX callbacks_named ON callbacks(provider, key) WHERE state = 'pending'")
+    db.execute("CREATE INDEX callbacks_bound ON callbacks(action_id) WHERE state = 'pending'")
+    # A callback names its record by its object id or its reconciliation key.
+    db.execute(
+        "CREATE INDEX actions_object ON actions(provider, provider_object_id)"
+        " WHERE provider_object_id IS NOT NULL"
+    )
+    db.execute(
+        "CREATE INDEX actions_key ON actions(provider, reconciliation_key)"
+        " WHERE reconciliation_key IS NOT NULL"
+    )
+    for verb, why in (("DELETE", "callbacks are never deleted"),):
+        db.execute(
+            f"CREATE TRIGGER callbacks_no_{verb.lower()} BEFORE {verb} ON callbacks "
+            f"BEGIN SELECT RAISE(ABORT, 'settled: {why}'); END"
+        )
+    # REPLACE would delete the row it collides with without firing the DELETE trigger.
+    db.execute(
+        "CREATE TRIGGER callbacks_no_replace BEFORE INSERT ON callbacks "
+        "WHEN EXISTS (SELECT 1 FROM callbacks WHERE provider = NEW.provider"
+        " AND event_id = NEW.event_id) BEGIN SELECT RAISE(IGNORE); END"
+    )
+    # What a callback said is kept as it came; only its state moves, and only on.
+    db.execute(
+        "CREATE TRIGGER callbacks_as_received BEFORE UPDATE ON callbacks "
+        "WHEN NEW.provider IS NOT OLD.provider OR NEW.event_id IS NOT OLD.event_id"
+        " OR NEW.scheme IS NOT OLD.scheme OR NEW.names IS NOT OLD.names"
+        " OR NEW.key IS NOT OLD.key OR NEW.status IS NOT OLD.status"
+        " OR NEW.reported IS NOT OLD.reported OR NEW.digest IS NOT OLD.digest"
+        " OR NEW.received_at IS NOT OLD.received_at OR OLD.state <> 'pending' "
+        "BEGIN SELECT RAISE(ABORT, 'settled: a callback is kept as it was received'); END"
+    )
+
+
 MIGRATIONS: list[tuple[str, Step]] = [
     ("001_initial", _m001_initial),
     ("002_no_replace", _m002_no_replace),
     ("003_rivals_index", _m003_rivals_index),
     ("004_edges", _m004_edges),
+    ("005_callbacks", _m005_callbacks),
 ]
 
 LATEST = len(MIGRATIONS)

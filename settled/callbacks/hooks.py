@@ -1,0 +1,170 @@
+"""The callback core: one request in, what to answer out (rule 16). No web framework:
+the service mounts ``Hooks.handle`` as ``POST /hooks/{provider}``; a test or another
+server can call it directly.
+
+Order, for every request: the method, the provider, the body's size, the signature
+(over the raw bytes, before anything reads them), then the events, each recorded once
+per event id and applied to the record it names in one transaction with its dedupe
+row. What the sender gets back:
+
+=====  ================  ==========================================================
+code   reason            when
+=====  ================  ==========================================================
+200    matched,          the signature held and the body was read; every event is
+       pending,          counted in the JSON body by what became of it (a batch
+       duplicate,        with one bad event is still 200: sending it again could
+       ignored, batch    not make that event readable, and the others are kept)
+400    malformed         signed, but the body cannot be read at all
+401    bad_signature     a missing or wrong signature (no detail)
+401    stale             a signed timestamp outside ``tolerance``, either way
+404    unknown_provider  no such provider, or it has no ``[providers.NAME.callbacks]``
+405    method            not POST
+413    too_large         the body is over ``max_body``
+503    unavailable       the ledger could not be written; the sender should retry
+=====  ================  ==========================================================
+
+Nothing but a 200 changes the ledger, and a 503 may have recorded some events of a
+batch (a redelivery finds them as duplicates). ``Answer`` carries the reason code
+and, for a batch, each reason's count, for a metric and a log line without the body.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .. import policy
+from ..errors import LedgerError
+from .config import CallbackConfig, resolve_secret
+from .events import Malformed, read
+from .verify import Refused, Verifier
+
+if TYPE_CHECKING:
+    from ..clock import Clock
+    from ..config import Config
+    from ..storage import Ledger
+
+MAX_BODY = 1024 * 1024  # bytes: the default cap (DESIGN section 8, [serve] max_body)
+Headers = Mapping[str, str] | Iterable[tuple[str | bytes, str | bytes]]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What to answer: the HTTP ``status``, a small JSON ``body``, the ``reason`` code
+    (for a metric label and a log line) and, per reason, how many events had it."""
+
+    status: int
+    body: dict[str, Any]
+    reason: str
+    provider: str
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def content(self) -> bytes:
+        """The body as ``application/json`` bytes."""
+        return json.dumps(self.body, separators=(",", ":")).encode()
+
+
+class Hooks:
+    """The providers' callbacks one process receives, verified against ``ledger``.
+
+    ``callbacks`` is ``Config.callbacks``; every secret is read from ``env`` (default
+    ``os.environ``) now, so a missing one stops the process at start with a
+    ``ConfigError`` naming the variable. ``clock`` defaults to the ledger's (rule 12:
+    freshness is judged by the ledger's clock). ``handle`` is safe to call from several
+    threads: a ledger that is not (SQLite's one connection) is used by one at a time."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        callbacks: Mapping[str, CallbackConfig],
+        *,
+        env: Mapping[str, str] | None = None,
+        clock: Clock | None = None,
+        max_body: int = MAX_BODY,
+    ) -> None:
+        environ = os.environ if env is None else env
+        self._verifiers = {
+            name: Verifier(cfg, resolve_secret(cfg, environ)) for name, cfg in callbacks.items()
+        }
+        self.ledger = ledger
+        self.clock = clock if clock is not None else ledger.clock()
+        self.max_body = max_body
+        self._lock: AbstractContextManager[Any] = (
+            nullcontext() if getattr(ledger, "thread_safe", False) else threading.Lock()
+        )
+
+    @classmethod
+    def from_config(
+        cls, ledger: Ledger, config: Config, *, env: Mapping[str, str] | None = None,
+        max_body: int = MAX_BODY,
+    ) -> Hooks:  # fmt: skip
+        return cls(ledger, config.callbacks, env=env, max_body=max_body)
+
+    @property
+    def providers(self) -> list[str]:
+        """The providers whose callbacks are received."""
+        return sorted(self._verifiers)
+
+    def handle(
+        self, provider: str, method: str, headers: Headers, body: bytes, query: str = ""
+    ) -> Answer:
+        """Verify, record and apply one request to ``/hooks/{provider}``. ``headers``
+        as a mapping or as (name, value) pairs (ASGI's bytes are fine); ``body`` the raw
+        bytes as received; ``query`` the URL's query string without ``?`` (the
+        ``twilio`` scheme signs it, the ``token`` scheme reads it). Never raises for
+        what a sender sent; a ``LedgerError`` is answered 503."""
+        if method.upper() != "POST":
+            return Answer(405, {"error": "use POST"}, "method", provider)
+        verifier = self._verifiers.get(provider)
+        if verifier is None:
+            return Answer(404, {"error": "no callbacks for this provider"}, "unknown_provider",
+                          provider)  # fmt: skip
+        if len(body) > self.max_body:
+            return Answer(413, {"error": "body too large", "max_body": self.max_body},
+                          "too_large", provider)  # fmt: skip
+        hdrs = _headers(headers)
+        try:
+            with self._lock:
+                now = self.clock.now()
+            signed = verifier.check(hdrs, body, query, now)
+        except Refused as no:
+            return Answer(no.status, {"error": "unauthorized"}, no.reason, provider)
+        try:
+            items = read(verifier.cfg, body, hdrs.get("content-type", ""), query,
+                         signed.event_id, now)  # fmt: skip
+        except Malformed as exc:
+            return Answer(400, {"error": f"malformed: {exc}"}, "malformed", provider)
+        counts: Counter[str] = Counter()
+        try:
+            for item in items:
+                if item.callback is None:
+                    counts[item.reason] += 1
+                    continue
+                with self._lock:
+                    taken, _ = self.ledger.take_callback(item.callback, policy.callback, now=now)
+                counts[str(taken)] += 1
+        except LedgerError:
+            return Answer(503, {"error": "the ledger is unavailable; deliver again later"},
+                          "unavailable", provider, dict(counts))  # fmt: skip
+        reason = next(iter(counts)) if len(items) == 1 else "batch"
+        return Answer(200, {"received": len(items), **counts}, reason, provider, dict(counts))
+
+
+def _headers(headers: Headers) -> dict[str, str]:
+    """Lower-case names; the first of a repeated header counts."""
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    out: dict[str, str] = {}
+    for name, value in pairs:
+        n = name.decode("latin-1") if isinstance(name, bytes) else str(name)
+        v = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+        out.setdefault(n.lower(), v)
+    return out
+
+
+__all__ = ["MAX_BODY", "Answer", "Headers", "Hooks"]
