@@ -406,19 +406,44 @@ class Endpoint:
 
     async def __call__(self, request: Request) -> Response:
         service = service_of(request)
-        caller = authorize(service, request, self.op.role)
+        caller = authorize(service, request, self.op.roles)
         aid = None
         if "id" in request.path_params:
-            aid = _check_id(request.path_params["id"], "action id")
+            aid = _check_id(self.action_id(request), "action id")
         call = Call(request, service, caller, aid)
         request.state.actor = call.actor if caller is not None else None
         return await self.handler(call)
 
+    def action_id(self, request: Request) -> str:
+        """The id in the path, percent-decoded exactly once from the raw path (a server
+        or test client that decoded the path already cannot decode it twice); without a
+        raw path, the route's decoded parameter."""
+        from urllib.parse import unquote_to_bytes
 
-def authorize(service: Service, request: Request, role: str | None) -> Caller | None:
-    """The caller of a route that needs ``role`` (None: no token needed): 401 without a
-    valid token (or with none configured), 403 with one that lacks the role."""
-    if role is None:
+        raw = request.scope.get("raw_path")
+        if not raw:
+            return str(request.path_params["id"])
+        text = raw.decode("latin-1")
+        head = API_PREFIX + self.op.path.split("{id}")[0]
+        tail = self.op.path.split("{id}")[1]
+        if (
+            not text.startswith(head)
+            or not text.endswith(tail)
+            or len(text) < len(head) + len(tail)
+        ):
+            # e.g. POST .../a%2Fconfirm: the decoded path looked like a confirm of `a`
+            raise Problem(404, "no such route; encode '/' in an action id as %2F")
+        segment = text[len(head) : len(text) - len(tail)]
+        try:
+            return unquote_to_bytes(segment).decode("utf-8")
+        except UnicodeDecodeError:
+            raise Problem(422, "action id: the path is not percent-encoded UTF-8") from None
+
+
+def authorize(service: Service, request: Request, roles: tuple[str, ...]) -> Caller | None:
+    """The caller of a route that any of ``roles`` may call (none: no token needed): 401
+    without a valid token (or with none configured), 403 with one that lacks the role."""
+    if not roles:
         return None
     if not len(service.tokens):
         raise Problem(
@@ -434,8 +459,10 @@ def authorize(service: Service, request: Request, role: str | None) -> Caller | 
     if caller is None:
         raise Problem(401, "the token is not valid",
                       headers={"WWW-Authenticate": REALM + ', error="invalid_token"'})  # fmt: skip
-    if not caller.may(role):
-        raise Problem(403, f"token {caller.token!r} lacks the {role} role for this route")
+    if not any(caller.may(r) for r in roles):
+        raise Problem(
+            403, f"token {caller.token!r} lacks the role for this route ({' or '.join(roles)})"
+        )
     return caller
 
 
@@ -452,7 +479,7 @@ _SELECTORS = [
 ENDPOINTS = [
     Endpoint(Operation(
         "GET", "/openapi.json", "openapi", "This description (OpenAPI 3.1)",
-        "The API's OpenAPI description; readable without a token.", None,
+        "The API's OpenAPI description; readable without a token.", (),
         {200: ("The OpenAPI document.", None)}, errors=(421,),
     ), openapi_json),
     Endpoint(Operation(
@@ -462,7 +489,7 @@ ENDPOINTS = [
         "`recorded` with needs_confirmation). 200: the id exists with the same params; nothing was "
         "sent (outcome `already_completed`, `in_progress` or `blocked`). 409: the id exists with "
         "other params.",
-        "dispatch",
+        ("dispatch",),
         {201: ("Recorded by this call (and dispatched unless it awaits confirmation).", "Report"),
          200: ("Already recorded with the same params: nothing was sent.", "Report"),
          **_CONFLICT},
@@ -472,7 +499,7 @@ ENDPOINTS = [
         "GET", "/actions", "list_actions", "List actions (the queue)",
         "As `settled queue --json`: by default every DENIED_UNRESOLVED action and every settled one "
         "a later reply contradicts, oldest first, each with what settles it next.",
-        "read", {200: ("The selected records, oldest first.", "Listing")},
+        ("read",), {200: ("The selected records, oldest first.", "Listing")},
         query=[
             {"name": "status", "in": "query", "required": False, "schema": {"type": "string"},
              "description": "Comma-separated statuses, or `all` (default: DENIED_UNRESOLVED and contradicted ones)."},
@@ -488,7 +515,7 @@ ENDPOINTS = [
         "GET", "/actions/{id}", "show_action", "One action with its events",
         "As `settled show --json`: the record, every event oldest first, and how today's config "
         "differs from what the action was recorded with.",
-        "read", {200: ("The record and its events.", "Shown"), **_NOT_FOUND},
+        ("read",), {200: ("The record and its events.", "Shown"), **_NOT_FOUND},
     ), show),
     Endpoint(Operation(
         "POST", "/actions/{id}/confirm", "confirm", "Confirm a recorded action",
@@ -496,7 +523,7 @@ ENDPOINTS = [
         "`dispatched` with the real `result` for the one caller that wins the claim; "
         "`already_completed`, `in_progress` (another caller has it) or `blocked` (a prior dispatch "
         "is unresolved) otherwise. The body may be empty.",
-        "dispatch", {200: ("What this confirmation did.", "Report"), **_NOT_FOUND},
+        ("dispatch", "operate"), {200: ("What this confirmation did.", "Report"), **_NOT_FOUND},
         request="Empty",
     ), confirm),
     Endpoint(Operation(
@@ -504,27 +531,27 @@ ENDPOINTS = [
         "As `settled resolve ID`: from DENIED_UNRESOLVED, from AWAITING_VERIFICATION when only a "
         "person can verify it, or on a contradicted settled record. The event records "
         "operator:BY via api:TOKEN (operator:api:TOKEN without `by`).",
-        "operate", {_RECORD[0]: ("The record after the verdict.", "Record"), **_NOT_FOUND, **_CONFLICT},
+        ("operate",), {_RECORD[0]: ("The record after the verdict.", "Record"), **_NOT_FOUND, **_CONFLICT},
         request="ResolveRequest", body_required=True,
     ), resolve),
     Endpoint(Operation(
         "POST", "/actions/{id}/retry", "retry", "Open a new attempt of a FAILED action",
         "As `settled retry`: only from FAILED (new idempotency key ID:N+1), then dispatched; 409 "
         "from any other status or while a late reply contradicts the failure. The body may be empty.",
-        "operate", {200: ("What the new attempt did.", "Report"), **_NOT_FOUND, **_CONFLICT},
+        ("operate",), {200: ("What the new attempt did.", "Report"), **_NOT_FOUND, **_CONFLICT},
         request="RetryRequest",
     ), retry),
     Endpoint(Operation(
         "POST", "/actions/{id}/reconcile", "reconcile", "Check an action against the provider now",
         "As `settled reconcile ID --json`: queries the real effect now, whatever the schedule, and "
         "returns the check's report and the record afterwards. The body may be empty.",
-        "operate", {200: ("The check's report and the record.", "Reconciled"), **_NOT_FOUND},
+        ("operate",), {200: ("The check's report and the record.", "Reconciled"), **_NOT_FOUND},
         request="Empty",
     ), reconcile),
     Endpoint(Operation(
         "GET", "/stats", "stats", "Counts by status, provider and operation",
         "Records by status × provider × operation, from the ledger's existing reads.",
-        "read", {200: ("The counts.", "Stats")}, query=list(_SELECTORS),
+        ("read",), {200: ("The counts.", "Stats")}, query=list(_SELECTORS),
     ), stats),
 ]  # fmt: skip
 

@@ -343,7 +343,7 @@ class Operation:
     operation_id: str
     summary: str
     description: str
-    role: str | None  # None: readable without a token
+    roles: tuple[str, ...]  # any of these may call it; (): readable without a token
     responses: dict[int, tuple[str, str | None]]  # status -> (description, schema name)
     request: str | None = None  # schema name of the JSON body
     body_required: bool = False
@@ -380,7 +380,7 @@ def _operation(op: Operation) -> dict[str, Any]:
             entry["content"] = {kind: {"schema": {"$ref": f"#/components/schemas/{schema}"}}}
         responses[str(code)] = entry
     for code in op.errors:
-        if op.role is None and code in (401, 403):
+        if not op.roles and code in (401, 403):
             continue
         if not op.request and code in (400, 413, 415):
             continue
@@ -389,9 +389,9 @@ def _operation(op: Operation) -> dict[str, Any]:
             "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
         })  # fmt: skip
     out["responses"] = dict(sorted(responses.items()))
-    out["security"] = [] if op.role is None else [{"bearer": []}]
-    if op.role is not None:
-        out["x-settled-role"] = op.role
+    out["security"] = [{"bearer": []}] if op.roles else []
+    if op.roles:
+        out["x-settled-roles"] = list(op.roles)
     return out
 
 
