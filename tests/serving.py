@@ -113,6 +113,7 @@ class Running:
     lines: queue.Queue[str]
     seen: list[dict[str, Any]] = field(default_factory=list)
     url: str = ""
+    listening: dict[str, Any] = field(default_factory=dict)
 
     def next_event(self, event: str, timeout: float = 60.0) -> dict[str, Any]:
         """Wait for the next log line of this event (a generous bound, never a sleep)."""
@@ -174,7 +175,8 @@ def process(*args: str, env: dict[str, str] | None = None) -> Iterator[Running]:
     reader.start()
     running = Running(proc, lines)
     try:
-        running.url = running.next_event("listening", timeout=120)["url"]
+        running.listening = running.next_event("listening", timeout=120)
+        running.url = running.listening["url"]
         yield running
     finally:
         if proc.poll() is None:
