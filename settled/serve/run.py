@@ -32,6 +32,10 @@ if TYPE_CHECKING:
     from ..daemon.notify import Notifier
 
 GRACE = 60.0  # s the requests in hand may take to finish after SIGTERM
+# s an idle keep-alive connection stays open: longer than a reverse proxy's (nginx's
+# upstream keepalive_timeout is 60 s), so that the service never closes a connection
+# just as the proxy (or a client) sends a request on it
+KEEP_ALIVE = 75
 TRUSTED_PROXIES = ["127.0.0.1", "::1"]  # X-Forwarded-Proto/For honoured from here only
 INSTALL = "pip install 'settled[serve]'"
 
@@ -154,7 +158,7 @@ def serve(app: Any, service: Service, sock: socket.socket, notifier: Notifier) -
     config = uvicorn.Config(
         app, log_config=None, access_log=False, log_level="warning", lifespan="on",
         proxy_headers=True, forwarded_allow_ips=TRUSTED_PROXIES,
-        timeout_graceful_shutdown=int(GRACE), server_header=False,
+        timeout_graceful_shutdown=int(GRACE), timeout_keep_alive=KEEP_ALIVE, server_header=False,
     )  # fmt: skip
     handler = _JsonLogging(service)
     root = logging.getLogger()
