@@ -226,15 +226,47 @@ def notify_socket(tmp_path: Path) -> Iterator[tuple[socket.socket, str]]:
 
 
 @pytest.mark.ledger_incidental
-def test_ready_and_stopping_reach_systemd(
+def test_ready_watchdog_and_stopping_reach_systemd(
     config: Path, notify_socket: tuple[socket.socket, str]
 ) -> None:
     sock, path = notify_socket
-    with process(env={"NOTIFY_SOCKET": path}) as svc:
+    with process(env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "400000"}) as svc:
         ready = sock.recv(4096).decode()
         assert "READY=1" in ready and f"MAINPID={svc.proc.pid}" in ready
+        assert sock.recv(4096).decode() == "WATCHDOG=1"
         assert svc.stop() == 0
-        assert "STOPPING=1" in sock.recv(4096).decode()
+        rest: list[str] = []
+        while "STOPPING=1" not in rest:
+            rest.append(sock.recv(4096).decode())
+        assert set(rest) <= {"WATCHDOG=1", "STOPPING=1"}
+
+
+def test_mcp_through_the_service_with_a_token(config: Path, sim: SimServer) -> None:
+    import anyio
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    with process() as svc:
+
+        async def go() -> tuple[list[str], Any]:
+            with anyio.fail_after(60):
+                async with httpx2.AsyncClient(headers=auth("sender"), timeout=30) as http:
+                    transport = streamable_http_client(svc.url + "/mcp", http_client=http)
+                    async with Client(transport) as c:
+                        names = [t.name for t in (await c.list_tools()).tools]
+                        res = await c.call_tool("sim_book", {"action_id": "m/1", "params": {}})
+                        return names, res
+
+        names, res = anyio.run(go)
+        assert "sim_book" in names and "check_action" in names
+        assert res.structured_content["status"] == "success"
+        with httpx.Client(base_url=svc.url, timeout=30) as c:
+            events = c.get(path_of("m/1"), headers=auth("reader")).json()["events"]
+        assert {e["actor"] for e in events} == {"mcp"}
+    assert len(sim.requests_for("m/1")) == 1
+    routes = {e["route"] for e in svc.rest() if e["event"] == "request"}
+    assert "/mcp" in routes
 
 
 # ------------------------------------------------------------------ refusing to start
