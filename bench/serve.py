@@ -54,52 +54,54 @@ def _service(cmd: list[str], env: dict[str, str], listening: str) -> Iterator[st
 
 
 def api_dispatch(tmp: str, n: int, repeats: int) -> list[Row]:
+    """One service and one raw server for all repeats (each start costs seconds), each
+    repeat with ids of its own."""
     import httpx
 
     sett, base = [], []
+    path, rpath = os.path.join(tmp, "serve.db"), os.path.join(tmp, "serve-raw.db")
+    conf = os.path.join(tmp, "serve.toml")
+    remove_db(path)
+    remove_db(rpath)
+    new_ledger(rpath)
     with sim_process() as sim:
-        for r in range(repeats):
-            path, rpath = os.path.join(tmp, f"serve{r}.db"), os.path.join(tmp, f"serve-raw{r}.db")
-            conf = os.path.join(tmp, "serve.toml")
-            with open(conf, "w") as fh:
-                fh.write(f'[providers.sim]\ntype = "sim"\nbase_url = "{sim}"\ntimeout = 5.0\n'
-                         '[serve.tokens.bench]\nsecret = "${SETTLED_BENCH_TOKEN}"\nroles = ["dispatch"]\n')  # fmt: skip
-            remove_db(path)
-            remove_db(rpath)
-            new_ledger(rpath)
-            env = {
-                **os.environ,
-                "SETTLED_DB": path,
-                "SETTLED_CONFIG": conf,
-                "SETTLED_BENCH_TOKEN": TOKEN,
-            }
-            serve_cmd = [sys.executable, "-m", "settled", "serve", "--listen", "127.0.0.1:0"]
-            raw_cmd = [sys.executable, "-m", "bench._serve_raw", rpath, sim]
-            with _service(serve_cmd, env, "json") as url, _service(raw_cmd, env, "url") as raw, \
-                    httpx.Client(timeout=30) as c:  # fmt: skip
-                auth = {"Authorization": f"Bearer {TOKEN}"}
+        with open(conf, "w") as fh:
+            fh.write(f'[providers.sim]\ntype = "sim"\nbase_url = "{sim}"\ntimeout = 5.0\n'
+                     '[serve.tokens.bench]\nsecret = "${SETTLED_BENCH_TOKEN}"\nroles = ["dispatch"]\n')  # fmt: skip
+        env = {
+            **os.environ,
+            "SETTLED_DB": path,
+            "SETTLED_CONFIG": conf,
+            "SETTLED_BENCH_TOKEN": TOKEN,
+        }
+        serve_cmd = [sys.executable, "-m", "settled", "serve", "--listen", "127.0.0.1:0"]
+        raw_cmd = [sys.executable, "-m", "bench._serve_raw", rpath, sim]
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        with _service(serve_cmd, env, "json") as url, _service(raw_cmd, env, "url") as raw, \
+                httpx.Client(timeout=30) as c:  # fmt: skip
 
-                def settled_op(i: int, r: int = r, url: str = url, auth: dict = auth) -> None:
-                    resp = c.post(f"{url}/api/v1/actions", headers=auth, json={
-                        "provider": "sim", "operation": "book", "action_id": f"s{r}-{i}",
-                        "params": {"to": "customer@example.com", "n": i}})  # fmt: skip
-                    assert resp.status_code == 201 and resp.json()["status"] == "CONFIRMED", (
-                        resp.text
-                    )
+            def settled_op(i: int, tag: str = "w") -> None:
+                resp = c.post(f"{url}/api/v1/actions", headers=auth, json={
+                    "provider": "sim", "operation": "book", "action_id": f"s{tag}-{i}",
+                    "params": {"to": "customer@example.com", "n": i}})  # fmt: skip
+                assert resp.status_code == 201 and resp.json()["status"] == "CONFIRMED", resp.text
 
-                def raw_op(i: int, r: int = r, raw: str = raw) -> None:
-                    resp = c.post(f"{raw}/dispatch", json={
-                        "action_id": f"raw{r}-{i}", "params": {"to": "customer@example.com", "n": i}})  # fmt: skip
-                    assert resp.status_code == 201
+            def raw_op(i: int, tag: str = "w") -> None:
+                resp = c.post(f"{raw}/dispatch", json={
+                    "action_id": f"raw{tag}-{i}", "params": {"to": "customer@example.com", "n": i}})  # fmt: skip
+                assert resp.status_code == 201
 
-                settled_op(-1)  # warm both: connections, pools, first-use imports
-                raw_op(-1)
+            settled_op(-1)  # warm both: connections, pools, first-use imports
+            raw_op(-1)
+            for r in range(repeats):
                 order = ["raw", "settled"] if r % 2 else ["settled", "raw"]
-                rates = interleave_many(n, {"settled": settled_op, "raw": raw_op}, order)
-            sett.append(rates["settled"])
-            base.append(rates["raw"])
-            remove_db(path)
-            remove_db(rpath)
+                ops = {"settled": lambda i, r=r: settled_op(i, str(r)),
+                       "raw": lambda i, r=r: raw_op(i, str(r))}  # fmt: skip
+                rates = interleave_many(n, ops, order)
+                sett.append(rates["settled"])
+                base.append(rates["raw"])
+    remove_db(path)
+    remove_db(rpath)
     return [
         Row(
             "serve",

@@ -80,8 +80,14 @@ def test_the_api_over_a_real_socket(config: Path, sim: SimServer) -> None:
         checked = post(c, path_of("mail") + "/reconcile")
         assert checked.json()["record"]["status"] == "CONFIRMED"
 
+        for odd in ("..", "a b/c", "%2F", "ünï✓"):  # one segment each, over a real socket
+            assert post(c, "/api/v1/actions", json={**body, "action_id": odd}).status_code == 201
+            got = c.get(path_of(odd), headers=auth("reader"), params={"x": "1"})
+            assert got.status_code == 200 and got.json()["action_id"] == odd, got.text
+            assert len(sim.requests_for(odd)) == 1
+
         stats = c.get("/api/v1/stats", headers=auth("reader")).json()
-        assert stats["total"] == 4
+        assert stats["total"] == 8
         assert c.get("/healthz").text == "ok\n"
         assert "settled_http_requests_total" in c.get("/metrics").text
         assert c.get("/api/v1/openapi.json").json()["openapi"] == "3.1.0"

@@ -423,7 +423,7 @@ class Endpoint:
         raw = request.scope.get("raw_path")
         if not raw:
             return str(request.path_params["id"])
-        text = raw.decode("latin-1")
+        text = raw.decode("latin-1").split("?", 1)[0]  # some clients hand the query along
         head = API_PREFIX + self.op.path.split("{id}")[0]
         tail = self.op.path.split("{id}")[1]
         if (
