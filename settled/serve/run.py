@@ -88,16 +88,17 @@ def open_service(  # noqa: PLR0913  (keyword-only: the parts a service is built 
     from ..session import Session
 
     main = Session(db=db, config_path=config_path)
+    box = Toolbox(db=db, config_path=config_path, actor="mcp", pool=pool)
     try:
         cfg = main.config()
         tokens = Tokens.from_config(cfg)
         registry = main.registry()
         registry.load_all()  # every provider built now: a config mistake stops us at start
-        box = Toolbox(db=db, config_path=config_path, actor="mcp", pool=pool)
         box.prepare()
         with box.session() as s:
             location = s.ledger().location
     except BaseException:
+        box.close()
         main.close()
         raise
     service = Service(

@@ -85,7 +85,7 @@ class Service:
             return
         from .problems import one_line
 
-        route = getattr(getattr(request, "scope", None), "get", lambda _k: None)("settled.route")
+        route = request.scope.get("settled.route") if request is not None else None
         self.emit("error", level="error", error=type(exc).__name__, message=one_line(str(exc)),
                   route=route)  # fmt: skip
 
