@@ -165,6 +165,8 @@ def test_listing_takes_the_queue_selectors(client: Any) -> None:
         ({"status": "DONE"}, "status"),
         ({"older_than": "soon"}, "older_than"),
         ({"limit": "0"}, "limit"),
+        ({"stauts": "FAILED"}, "unknown query parameter 'stauts'; expected status"),
+        ({"status": ["FAILED", "CONFIRMED"]}, "query parameter 'status': give it once"),
     ):
         doc = is_problem(client.get("/api/v1/actions", params=params, headers=auth("reader")), 422)
         assert doc["detail"].startswith(field), doc

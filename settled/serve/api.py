@@ -112,7 +112,8 @@ def respond(data: Any, status: int = 200, headers: dict[str, str] | None = None)
     """JSON exactly as the record holds it (rule 13: data, never markup)."""
     from starlette.responses import Response
 
-    body = json.dumps(data, ensure_ascii=False, default=str).encode("utf-8")
+    # A lone surrogate (from a provider's reply, say) is written as its JSON escape.
+    body = json.dumps(data, ensure_ascii=False, default=str).encode("utf-8", "backslashreplace")
     return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
@@ -407,12 +408,25 @@ class Endpoint:
     async def __call__(self, request: Request) -> Response:
         service = service_of(request)
         caller = authorize(service, request, self.op.roles)
+        self.check_query(request)
         aid = None
         if "id" in request.path_params:
             aid = _check_id(self.action_id(request), "action id")
         call = Call(request, service, caller, aid)
         request.state.actor = call.actor if caller is not None else None
         return await self.handler(call)
+
+    def check_query(self, request: Request) -> None:
+        """Only the route's own query parameters, each once: a typo (``?stauts=``) must
+        not look like the default selection to a monitor."""
+        known = [q["name"] for q in self.op.query]
+        names = [k for k, _v in request.query_params.multi_items()]
+        for name in names:
+            if name not in known:
+                expected = f"; expected {', '.join(known)}" if known else ""
+                raise Problem(422, f"unknown query parameter {name!r}{expected}")
+            if names.count(name) > 1:
+                raise Problem(422, f"query parameter {name!r}: give it once")
 
     def action_id(self, request: Request) -> str:
         """The id in the path, percent-decoded exactly once from the raw path (a server

@@ -326,7 +326,7 @@ ERRORS = {
     413: "The body is larger than `[serve] max_body`.",
     415: "A body that is not `application/json`.",
     421: "A Host header this service does not answer to.",
-    422: "Input that can never work: the detail says which field and why.",
+    422: "Input that can never work (a field, a query parameter, an id): the detail says which and why.",
     503: (
         "The ledger is busy or unavailable (nothing was changed, unless the detail says the "
         "request was sent); retry later."
