@@ -345,10 +345,13 @@ def build(service: Service, *, mcp: bool = True) -> Any:
         async with _running(service, mcp_lifespan):
             yield
 
+    async def on_bug(request: Any, exc: Exception) -> Any:  # then Observe logs it
+        return Problem(500, "internal error; see the server's log").response()
+
     table = routes(service, mcp_table)
     app = Starlette(
         routes=table,
-        exception_handlers={Problem: on_problem, HTTPException: on_http},
+        exception_handlers={Problem: on_problem, HTTPException: on_http, Exception: on_bug},
         lifespan=lifespan,
     )
     app.state.service = service
