@@ -82,8 +82,10 @@ def test_the_api_over_a_real_socket(config: Path, sim: SimServer) -> None:
 
         for odd in ("..", "a b/c", "%2F", "ünï✓"):  # one segment each, over a real socket
             assert post(c, "/api/v1/actions", json={**body, "action_id": odd}).status_code == 201
-            got = c.get(path_of(odd), headers=auth("reader"), params={"x": "1"})
+            got = c.get(path_of(odd), headers=auth("reader"))
             assert got.status_code == 200 and got.json()["action_id"] == odd, got.text
+            typo = c.get(path_of(odd), headers=auth("reader"), params={"x": "1"})
+            assert typo.status_code == 422 and "'x'" in typo.json()["detail"]  # not part of the id
             assert len(sim.requests_for(odd)) == 1
 
         stats = c.get("/api/v1/stats", headers=auth("reader")).json()
