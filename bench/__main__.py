@@ -48,7 +48,9 @@ FULL = {
     "lines": (10_000, 100_000),
     "seconds_in_turn": 2.0,
 }
-SUITES = ("ledger", "dispatch", "http", "concurrency", "sweep", "startup", "bulk", "postgres")
+SUITES = (
+    "ledger", "dispatch", "http", "concurrency", "sweep", "startup", "bulk", "postgres", "serve",
+)  # fmt: skip
 
 
 def _bulk(tmp: str, cfg: dict) -> list:
@@ -65,7 +67,7 @@ def _bulk(tmp: str, cfg: dict) -> list:
 
 
 def run(cfg: dict, only: set[str], batch: int) -> tuple[list[Row], str]:
-    from . import http_e2e, ledger_ops, postgres, procs, startup, sweep
+    from . import http_e2e, ledger_ops, postgres, procs, serve, startup, sweep
 
     rows: list[Row] = []
     with tempdir() as tmp:
@@ -84,6 +86,7 @@ def run(cfg: dict, only: set[str], batch: int) -> tuple[list[Row], str]:
             ("startup", lambda: startup.cold_start(tmp, cfg["startup"])),
             ("bulk", lambda: _bulk(tmp, cfg)),
             ("postgres", lambda: postgres.run(tmp, cfg, batch)),
+            ("serve", lambda: serve.api_dispatch(tmp, cfg["http"], cfg["repeats"])),
         ]
         for name, step in steps:
             if only and name not in only:

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from . import checks
-from .errors import ConfigError
+from .errors import ConfigError, SettledError
 
 if TYPE_CHECKING:
     from .callbacks.config import CallbackConfig
 
-TOP_KEYS = {"ledger", "dispatch", "reconcile", "daemon", "providers"}
+TOP_KEYS = {"ledger", "dispatch", "reconcile", "daemon", "providers", "serve"}
 # Requests in flight at once to one provider, by provider type, unless the provider's
 # ``max_in_flight`` or a ``--concurrency`` says otherwise. The sim answers on loopback
 # in well under a millisecond: threads cost more client CPU than they save there. An
@@ -33,6 +33,34 @@ SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "reconcile": {"batch": int, "lease": (int, float), "concurrency": int},
     "daemon": {"interval": (int, float)},
 }
+SERVE_KEYS = ("hosts", "listen", "max_body", "tokens")
+TOKEN_KEYS = ("roles", "secret")
+ROLES = ("read", "dispatch", "operate")  # dispatch and operate include read
+DEFAULT_MAX_BODY = 1024 * 1024  # bytes of a request body `settled serve` reads
+MAX_MAX_BODY = 64 * 1024 * 1024
+_TOKEN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+@dataclass(frozen=True)
+class ServeToken:
+    """One API token of ``[serve.tokens.NAME]``. ``secret`` is as written (a
+    ``${VAR}``); ``settled serve`` reads the variable when it starts, so that no
+    other command needs it set."""
+
+    name: str
+    secret: str
+    roles: tuple[str, ...]
+
+
+@dataclass
+class ServeConfig:
+    """``[serve]``: where ``settled serve`` listens, the body cap, the API tokens and
+    the extra host names it answers to (behind a reverse proxy)."""
+
+    listen: str | None = None  # HOST:PORT; None: the default (settled.serve.address)
+    max_body: int = DEFAULT_MAX_BODY
+    tokens: dict[str, ServeToken] = field(default_factory=dict)
+    hosts: tuple[str, ...] = ()
 
 
 @dataclass
@@ -52,6 +80,7 @@ class Config:
     max_in_flight: dict[str, int] = field(default_factory=dict)  # provider -> requests at once
     # provider -> its [providers.NAME.callbacks] (rule 16), checked; secrets not read yet
     callbacks: dict[str, CallbackConfig] = field(default_factory=dict)
+    serve: ServeConfig = field(default_factory=ServeConfig)
 
     def where(self, key: str) -> str:
         return f"{self.source or 'config'}: {key}"
@@ -181,6 +210,7 @@ def from_dict(
     if cfg.daemon_interval <= 0:
         raise ConfigError(f"{cfg.where('daemon.interval')} must be > 0")
     _providers(cfg, data.get("providers", {}))
+    _serve(cfg, data.get("serve", {}))
     return cfg
 
 
@@ -233,3 +263,84 @@ def _providers(cfg: Config, providers: Any) -> None:
 
             cfg.callbacks[name] = parse(name, own.pop("callbacks"), source=cfg.source or "config")
         cfg.providers[name] = own
+
+
+def _serve(cfg: Config, serve: Any) -> None:
+    """[serve] and its [serve.tokens.NAME] tables: checked here, for every command, so
+    a typo is found before anything runs; token secrets are read from the environment
+    only by ``settled serve`` itself."""
+    from .serve.address import parse_listen
+
+    if not isinstance(serve, dict):
+        raise ConfigError(f"{cfg.where('serve')} must be a table ([serve])")
+    for key in serve:
+        if key not in SERVE_KEYS:
+            raise ConfigError(
+                f"{cfg.where('serve.' + key)}: unknown key; expected one of {', '.join(SERVE_KEYS)}"
+            )
+    out = cfg.serve
+    if "listen" in serve:
+        where = cfg.where("serve.listen")
+        if not isinstance(serve["listen"], str):
+            raise ConfigError(f'{where} must be a string, e.g. "127.0.0.1:8780"')
+        try:
+            parse_listen(serve["listen"], where)
+        except SettledError as exc:
+            raise ConfigError(str(exc)) from None
+        out.listen = serve["listen"]
+    if "max_body" in serve:
+        where = cfg.where("serve.max_body")
+        value = checks.whole_number(where, serve["max_body"])
+        if value > MAX_MAX_BODY:
+            raise ConfigError(f"{where} must be at most {MAX_MAX_BODY} bytes (64 MiB), got {value}")
+        out.max_body = value
+    if "hosts" in serve:
+        hosts = serve["hosts"]
+        where = cfg.where("serve.hosts")
+        if not isinstance(hosts, list) or not all(
+            isinstance(h, str) and h and h.isascii() and h.isprintable() and " " not in h
+            for h in hosts
+        ):
+            raise ConfigError(
+                f'{where} must be a list of host names clients use, e.g. ["settled.example.com"]'
+            )
+        out.hosts = tuple(h.lower() for h in hosts)
+    tokens = serve.get("tokens", {})
+    if not isinstance(tokens, dict):
+        raise ConfigError(f"{cfg.where('serve.tokens')} must be a table ([serve.tokens.NAME])")
+    for name, table in tokens.items():
+        out.tokens[name] = _token(cfg, name, table)
+
+
+def _token(cfg: Config, name: str, table: Any) -> ServeToken:
+    key = f"serve.tokens.{name}"
+    if not _TOKEN_NAME.fullmatch(name):
+        raise ConfigError(
+            f"{cfg.where(key)}: a token name is 1-64 letters, digits, '_', '.' or '-' "
+            "(it names the actor api:NAME in the ledger)"
+        )
+    if not isinstance(table, dict):
+        raise ConfigError(f"{cfg.where(key)} must be a table with secret and roles")
+    for k in table:
+        if k not in TOKEN_KEYS:
+            raise ConfigError(
+                f"{cfg.where(key + '.' + k)}: unknown key; expected one of {', '.join(TOKEN_KEYS)}"
+            )
+    secret = table.get("secret")
+    if not isinstance(secret, str) or not _ENV.fullmatch(secret):
+        raise ConfigError(
+            f"{cfg.where(key + '.secret')}: must name an environment variable, e.g. secret = "
+            f'"${{SETTLED_TOKEN_{name.upper().replace("-", "_").replace(".", "_")}}}" '
+            "(secrets are read at run time, never written in the config)"
+        )
+    roles = table.get("roles")
+    if (
+        not isinstance(roles, list)
+        or not roles
+        or not all(isinstance(r, str) and r in ROLES for r in roles)
+    ):
+        raise ConfigError(
+            f"{cfg.where(key + '.roles')}: must be a non-empty list of {', '.join(ROLES)}, "
+            'e.g. roles = ["read"]'
+        )
+    return ServeToken(name, secret, tuple(dict.fromkeys(roles)))

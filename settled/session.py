@@ -40,6 +40,7 @@ class Session:
         self._config: Config | None = None
         self._ledger: Ledger | None = None
         self._registry: Registry | None = None
+        self._hooks: Hooks | None = None
         self.probe: Probe = no_probe  # crash points: armed only by ``settled.testing``
 
     def config(self) -> Config:
@@ -107,12 +108,14 @@ class Session:
         return Reconciler(self.ledger(), self.registry(), **kw)
 
     def hooks(self, *, max_body: int | None = None) -> Hooks:
-        """The callback core for this config and ledger (``Hooks.handle``); every
-        callback secret is read from the environment now."""
+        """The callback core for this config and ledger (``Hooks.handle``), made once;
+        every callback secret is read from the environment when it is made."""
         from .callbacks.hooks import MAX_BODY, Hooks
 
-        return Hooks(self.ledger(), self.config().callbacks,
-                     max_body=MAX_BODY if max_body is None else max_body)  # fmt: skip
+        if self._hooks is None:
+            self._hooks = Hooks(self.ledger(), self.config().callbacks,
+                                max_body=MAX_BODY if max_body is None else max_body)  # fmt: skip
+        return self._hooks
 
     def query_concurrency(self, explicit: int | None = None) -> tuple[int, dict[str, int]]:
         """Threads for a pass's queries and each configured provider's limit."""
@@ -131,6 +134,7 @@ class Session:
         if self._ledger is not None:
             self._ledger.close()
             self._ledger = None
+        self._hooks = None
         self._config = None
 
     def __enter__(self) -> Self:

@@ -32,6 +32,7 @@ COMMANDS = [
     "demo",
     "mcp",
     "migrate-ledger",
+    "serve",
 ]
 
 

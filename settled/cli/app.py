@@ -91,7 +91,18 @@ def _globals(
     common.STATE.config_path = config
 
 
-from . import actions, daemon_cmd, demo, listing, mcp_cmd, migrate_cmd, providers_cmd, settle  # noqa: E402  (commands register on `app`)
+# The commands register on `app`, so they are imported after it.
+from . import (  # noqa: E402
+    actions,
+    daemon_cmd,
+    demo,
+    listing,
+    mcp_cmd,
+    migrate_cmd,
+    providers_cmd,
+    serve_cmd,
+    settle,
+)
 
 actions.register(app)
 listing.register(app)
@@ -101,3 +112,4 @@ providers_cmd.register(app)
 demo.register(app)
 mcp_cmd.register(app)
 migrate_cmd.register(app)
+serve_cmd.register(app)

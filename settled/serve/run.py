@@ -1,0 +1,231 @@
+"""Running the service: the parts opened once, the socket, uvicorn, signals, systemd.
+
+``open_service`` builds a :class:`~settled.serve.service.Service` from the config (its
+tokens read from the environment now, its session pool opened, the ledger created when
+missing); ``serve`` runs it under uvicorn on a socket bound beforehand (so a taken
+port fails at start) until SIGTERM or SIGINT:
+
+- ``listening`` (with the URL) once the socket accepts, and systemd's ``READY=1``;
+- on the signal: ``stopping`` and ``STOPPING=1``; the socket closes, the requests in
+  hand finish (within ``GRACE`` seconds), the reconciliation pass in hand finishes;
+- ``stopped``, and exit 0.
+
+uvicorn's own logging is turned into the same JSON lines (warnings and errors only);
+its access log is off: the service writes its own line per request, without the path.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+from typing import TYPE_CHECKING, Any
+
+from ..daemon.log import Log, json_lines
+from .address import is_loopback, shown
+from .auth import Guard, Tokens
+from .problems import one_line
+from .service import POOL, Service
+
+if TYPE_CHECKING:
+    from ..daemon.notify import Notifier
+
+GRACE = 60.0  # s the requests in hand may take to finish after SIGTERM
+# s an idle keep-alive connection stays open: longer than a reverse proxy's (nginx's
+# upstream keepalive_timeout is 60 s), so that the service never closes a connection
+# just as the proxy (or a client) sends a request on it
+KEEP_ALIVE = 75
+TRUSTED_PROXIES = ["127.0.0.1", "::1"]  # X-Forwarded-Proto/For honoured from here only
+INSTALL = "pip install 'settled[serve]'"
+
+
+def require() -> None:
+    """Exit 1 naming the install command when an extra ``serve`` needs is missing."""
+    from ..errors import MissingExtra
+
+    for module in ("uvicorn", "starlette", "mcp", "prometheus_client", "jsonschema"):
+        try:
+            __import__(module)
+        except ImportError:
+            raise MissingExtra(f"settled serve needs {module}: {INSTALL}") from None
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (port 0: a free one)."""
+    from ..errors import UsageError
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise UsageError(
+            f"--listen {shown(host, port)}: cannot listen: {exc.strerror or exc}"
+        ) from None
+    return sock
+
+
+def open_service(  # noqa: PLR0913  (keyword-only: the parts a service is built from)
+    *,
+    host: str,
+    port: int,
+    db: str | None = None,
+    config_path: str | None = None,
+    reconcile: bool = False,
+    log: Log | None = None,
+    debug: bool = False,
+    pool: int = POOL,
+) -> Service:
+    """The service for this config and ledger, its pool open (the ledger is created when
+    missing, as ``settled dispatch`` would). ``port`` is the bound one (the Host check
+    names it). With ``reconcile``, a sweeper with a session of its own."""
+    from ..agents.core import Toolbox
+    from ..daemon.metrics import Metrics
+    from ..session import Session
+
+    main = Session(db=db, config_path=config_path)
+    box = Toolbox(db=db, config_path=config_path, actor="mcp", pool=pool)
+    try:
+        cfg = main.config()
+        tokens = Tokens.from_config(cfg)
+        registry = main.registry()
+        registry.load_all()  # every provider built now: a config mistake stops us at start
+        box.prepare()
+        with box.session() as s:
+            location = s.ledger().location
+            s.hooks()  # every callback secret read now: a missing one stops us at start
+    except BaseException:
+        box.close()
+        main.close()
+        raise
+    service = Service(
+        toolbox=box,
+        config=cfg,
+        tokens=tokens,
+        guard=Guard(host, port, cfg.serve.hosts),
+        metrics=Metrics(),
+        log=log or json_lines(),
+        debug=debug,
+        ledger_location=location,
+    )
+    service.closing.append(main.close)
+    if reconcile:
+        from ..daemon import Sweeper
+        from ..daemon.notify import Notifier
+
+        service.sweeper = Sweeper(
+            main.ledger(),
+            registry,
+            interval=cfg.daemon_interval,
+            batch=cfg.reconcile_batch,
+            lease=cfg.reconcile_lease,
+            metrics=service.metrics,
+            notifier=Notifier({}),  # the service speaks to systemd, once
+            log=service.log,
+            name=service.name,
+            probe=main.probe,
+            concurrency=main.query_concurrency(),
+        )
+    return service
+
+
+class _JsonLogging(logging.Handler):
+    """A library's warnings (uvicorn, the MCP SDK) as the service's JSON lines."""
+
+    def __init__(self, service: Service) -> None:
+        super().__init__(logging.WARNING)
+        self.service = service
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = one_line(record.getMessage())
+        except Exception:  # a library's malformed log call must not stop the service
+            message = one_line(str(record.msg))
+        self.service.emit("library", level=record.levelname.lower(), logger=record.name,
+                          message=message)  # fmt: skip
+
+
+def serve(app: Any, service: Service, sock: socket.socket, notifier: Notifier) -> int:
+    """Serve ``app`` on ``sock`` until SIGTERM/SIGINT; 0 when it stopped cleanly."""
+    import asyncio
+
+    import uvicorn
+
+    host, port = sock.getsockname()[:2]
+    url = f"http://{shown(host, port)}"
+    config = uvicorn.Config(
+        app, log_config=None, access_log=False, log_level="warning", lifespan="on",
+        proxy_headers=True, forwarded_allow_ips=TRUSTED_PROXIES,
+        timeout_graceful_shutdown=int(GRACE), timeout_keep_alive=KEEP_ALIVE, server_header=False,
+    )  # fmt: skip
+    handler = _JsonLogging(service)
+    root = logging.getLogger()
+    root.addHandler(handler)
+
+    class Server(uvicorn.Server):
+        loop: asyncio.AbstractEventLoop | None = None
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            self.loop = asyncio.get_running_loop()
+            await super().startup(sockets=sockets)
+            if not self.should_exit:
+                listening()
+                if notifier.watchdog is not None:
+                    self.loop.create_task(watchdog(self))
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            first = not self.should_exit
+            super().handle_exit(sig, frame)
+            if first and self.loop is not None:  # never log from a signal handler
+                self.loop.call_soon_threadsafe(stopping, signal.Signals(sig).name)
+
+    def listening() -> None:
+        service.emit(
+            "listening", url=url, api=f"{url}/api/v1", mcp=f"{url}/mcp",
+            ledger=service.ledger_location, tokens=len(service.tokens),
+            remote=not is_loopback(host), reconcile=service.sweeper is not None,
+            hosts=service.guard.allowed_hosts(), max_body=service.max_body, pid=os.getpid(),
+        )  # fmt: skip
+        if not len(service.tokens):
+            service.emit("warning", level="warning",
+                         message="no API tokens are configured: /api/v1 answers 401 to every call "
+                                 "until [serve.tokens.NAME] is set (docs/serve.md)")  # fmt: skip
+        notifier.ready(f"serving {url}")
+
+    def stopping(reason: str) -> None:
+        service.stopping = True
+        service.emit("stopping", reason=reason)
+        notifier.stopping()
+        if service.sweeper is not None:
+            service.sweeper.request_stop(reason)
+
+    async def watchdog(server: Server) -> None:
+        assert notifier.watchdog is not None
+        while not server.should_exit:
+            if service.sweeper is None or service.sweeper.alive():
+                notifier.ping()
+            await asyncio.sleep(notifier.watchdog)
+
+    server = Server(config)
+    # uvicorn stops gracefully on SIGTERM/SIGINT, then re-raises the signal to the
+    # handlers it found: with these, a requested stop ends in exit 0, as the daemon's does.
+    stops: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: stops.append(signum))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        root.removeHandler(handler)
+        sock.close()
+    if not server.started:
+        service.emit("stopped", level="error", message="the service did not start")
+        return 1
+    service.emit("stopped")
+    return 0
+
+
+__all__ = ["GRACE", "INSTALL", "TRUSTED_PROXIES", "bind", "open_service", "require", "serve"]
