@@ -24,11 +24,17 @@ from .render import (
     text,
 )
 
-SHOW_HELP = """Show one action: what it was (params, times), where it stands, and every event.
+SHOW_HELP = """Show actions: what each was (params, times), where it stands, and every event.
 
-Exit code 0 when the action exists (6 when it does not), so that
-`settled show ID --json | jq -r .status` is safe under `set -e`; --exit-status exits
-with the status code instead (0 CONFIRMED, 3 pending, 4 unresolved, 5 FAILED).
+Give one or more ACTION_IDs, or - to read ids from stdin (one a line; the header line
+of `queue -o tsv` is skipped, and a whole TSV line is read up to its first TAB).
+Several actions print one block each; --json prints the object for one ACTION_ID
+given as an argument, and an array for several or for -.
+
+Exit code 0 when every action exists (6 when one does not: the others are still
+shown), so that `settled show ID --json | jq -r .status` is safe under `set -e`;
+--exit-status exits with the status code instead (0 CONFIRMED, 3 pending,
+4 unresolved, 5 FAILED; the highest of them for several, 6 when one is missing).
 Times are ISO-8601 in UTC ('Z').
 
 \b
@@ -36,6 +42,8 @@ Examples:
   settled show order-42-mail
   settled show order-42-mail --json | jq '.events[-1]'
   settled show order-42-mail --exit-status && echo done
+  settled show order-42-mail order-43-mail
+  settled queue --match timeout -o name | settled show - --json | jq -r '.[].reason'
 """
 
 QUEUE_HELP = """List the actions nobody can call done yet, oldest first, with what settles
@@ -262,32 +270,67 @@ def parse_statuses(status: str) -> list[str]:
     return list(dict.fromkeys(statuses))
 
 
+def _show_json(ledger: Any, rec: Any) -> dict[str, Any]:
+    data: dict[str, Any] = rec.to_json()
+    data["config_changes"] = config_changes(rec)
+    data["events"] = [e.to_json() for e in ledger.events(rec.action_id)]
+    return data
+
+
+def _show_many(ledger: Any, ids: list[str], *, as_json: bool, exit_status: bool) -> int:
+    """Several actions: a block each (or one JSON array), in the order given; a
+    missing one is named on stderr, exit 6, and the others are still shown."""
+    from .common import EXIT_NOT_FOUND
+
+    found: list[Any] = []
+    code = 0
+    for aid in ids:
+        rec = ledger.find(aid)
+        if rec is None:
+            sys.stderr.write(f"settled: error: {term(f'no action {aid!r} in {ledger.location}')}\n")
+            code = EXIT_NOT_FOUND
+            continue
+        found.append(rec)
+        if exit_status:
+            code = max(code, EXIT_BY_STATUS[rec.status])
+    if as_json:
+        emit_json([_show_json(ledger, rec) for rec in found])
+        return code
+    now = ledger.clock(anchor=False).now()
+    for i, rec in enumerate(found):
+        if i:
+            console().print()
+        render_show(rec, ledger.events(rec.action_id), now, config_changes(rec))
+    return code
+
+
 def register(app: typer.Typer) -> None:
     @app.command(help=SHOW_HELP)
     def show(
-        action_id: str = typer.Argument(
-            ..., metavar="ACTION_ID", autocompletion=complete.action_ids, help="The action to show."
+        action_ids: list[str] = typer.Argument(
+            ...,
+            metavar="ACTION_ID...|-",
+            autocompletion=complete.action_ids,
+            help="The actions to show; - reads ids from stdin.",
         ),
         exit_status: bool = typer.Option(
             False, "--exit-status", help="Exit with the status code (0, 3, 4, 5) instead of 0."
         ),
-        as_json: bool = typer.Option(False, "--json", help="The record and its events as JSON."),
+        as_json: bool = typer.Option(False, "--json", help="The record(s) and events as JSON."),
     ) -> None:
-        from .actions import check_id
+        from .select import read_ids
 
-        check_id(action_id)
+        chosen = read_ids(action_ids)
         ledger = STATE.ledger(create=False)
-        rec = ledger.get(action_id)
-        events = ledger.events(action_id)
-        changes = config_changes(rec)
-        if as_json:
-            data = rec.to_json()
-            data["config_changes"] = changes
-            data["events"] = [e.to_json() for e in events]
-            emit_json(data)
-        else:
-            render_show(rec, events, ledger.clock(anchor=False).now(), changes)
-        raise typer.Exit(EXIT_BY_STATUS[rec.status] if exit_status else 0)
+        if len(chosen.ids) == 1 and not chosen.from_stdin:  # one action: as it always was
+            rec = ledger.get(chosen.ids[0])
+            if as_json:
+                emit_json(_show_json(ledger, rec))
+            else:
+                render_show(rec, ledger.events(rec.action_id), ledger.clock(anchor=False).now(),
+                            config_changes(rec))  # fmt: skip
+            raise typer.Exit(EXIT_BY_STATUS[rec.status] if exit_status else 0)
+        raise typer.Exit(_show_many(ledger, chosen.ids, as_json=as_json, exit_status=exit_status))
 
     @app.command(help=QUEUE_HELP)
     def queue(
