@@ -61,8 +61,14 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
+# Commands that take SIGTERM themselves from the very start (cli.signals); for every
+# other command it means the end of the process, as it always did.
+TAKES_SIGTERM = frozenset({"daemon"})
+
+
 @app.callback()
 def _globals(
+    ctx: typer.Context,
     db: str = typer.Option(
         None,
         "--db",
@@ -87,11 +93,24 @@ def _globals(
         help="Print settled's version and exit.",
     ),
 ) -> None:
+    from . import signals
+
     common.STATE.db = db
     common.STATE.config_path = config
+    if ctx.invoked_subcommand not in TAKES_SIGTERM:
+        signals.default()
 
 
-from . import actions, daemon_cmd, demo, listing, mcp_cmd, migrate_cmd, providers_cmd, settle  # noqa: E402  (commands register on `app`)
+from . import (  # noqa: E402  (commands register on `app`)
+    actions,
+    daemon_cmd,
+    demo,
+    listing,
+    mcp_cmd,
+    migrate_cmd,
+    providers_cmd,
+    settle,
+)
 
 actions.register(app)
 listing.register(app)
