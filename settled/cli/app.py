@@ -109,11 +109,13 @@ from . import (  # noqa: E402  (commands register on `app`)
     mcp_cmd,
     migrate_cmd,
     providers_cmd,
+    queue_cmd,
     settle,
 )
 
 actions.register(app)
 listing.register(app)
+queue_cmd.register(app)
 settle.register(app)
 daemon_cmd.register(app)
 providers_cmd.register(app)

@@ -10,14 +10,12 @@ from typing import Any
 import typer
 
 from . import complete
-from .common import EXIT_BY_STATUS, STATE, STATUSES, emit_json, next_step, one_line, parse_duration
+from .common import EXIT_BY_STATUS, STATE, STATUSES, emit_json, next_step, one_line
 from .render import (
     Col,
     ago,
     console,
-    default_format,
     iso,
-    listing,
     print_trimmed,
     status_text,
     term,
@@ -44,26 +42,6 @@ Examples:
   settled show order-42-mail --exit-status && echo done
   settled show order-42-mail order-43-mail
   settled queue --match timeout -o name | settled show - --json | jq -r '.[].reason'
-"""
-
-QUEUE_HELP = """List the actions nobody can call done yet, oldest first, with what settles
-each next. By default: every DENIED_UNRESOLVED action, and every settled one that a
-later reply contradicts (flagged CONTRADICTED; retry is blocked until it is resolved).
-
-On a terminal: a table that fits its width (ids are never cut; the why column wraps
-at word boundaries; att, tier, operation, age and next give way in that order when
-it is too narrow). On a pipe: tab-separated lines with a header (-o tsv), one line
-per action. -o wide adds absolute times; --json (or -o json) prints an array.
-
-Exit 0, or 4 with --fail-if-any when any action is listed. An unknown --provider or
---operation is an error (exit 1) listing the real names.
-
-\b
-Examples:
-  settled queue
-  settled queue --status all --provider mail --operation send -o wide
-  settled queue --older-than 10m --fail-if-any >/dev/null || page-oncall
-  settled queue -o tsv | cut -f1 | settled resolve - --not-applied --reason "bounced" --yes
 """
 
 
@@ -331,78 +309,3 @@ def register(app: typer.Typer) -> None:
                             config_changes(rec))  # fmt: skip
             raise typer.Exit(EXIT_BY_STATUS[rec.status] if exit_status else 0)
         raise typer.Exit(_show_many(ledger, chosen.ids, as_json=as_json, exit_status=exit_status))
-
-    @app.command(help=QUEUE_HELP)
-    def queue(
-        status: str = complete.status_option(
-            "Statuses to list (default: DENIED_UNRESOLVED, and contradicted ones).",
-            "STATUS[,STATUS…]|all",
-        ),
-        provider: str = complete.provider_option("Only this provider."),
-        operation: str = complete.operation_option("Only this operation."),
-        older_than: str = complete.older_than_option(
-            "Only actions created longer ago than e.g. 90s, 10m, 2h, 1d."
-        ),
-        fail_if_any: bool = typer.Option(
-            False, "--fail-if-any", help="Exit 4 when any action is listed (for monitors)."
-        ),
-        limit: int = typer.Option(
-            1000,
-            "--limit",
-            metavar="N",
-            min=1,
-            help="At most N rows (a note on stderr says when more exist).",
-        ),
-        output: str = typer.Option(
-            None,
-            "-o",
-            "--output",
-            metavar="table|wide|tsv|json",
-            autocompletion=complete.formats,
-            help="Output format (default: table on a terminal, tsv on a pipe).",
-            show_default=False,
-        ),
-        as_json: bool = typer.Option(False, "--json", help="Rows as a JSON array (= -o json)."),
-    ) -> None:
-        from dataclasses import replace
-
-        from ..clock import plus, to_text
-        from ..storage.base import Selection
-        from .common import check_filters
-
-        statuses = parse_statuses(status or "DENIED_UNRESOLVED")
-        fmt = default_format(output, as_json)
-        age = parse_duration(older_than) if older_than else None
-        ledger = STATE.ledger(create=False)
-        now = ledger.clock(anchor=False).now()
-        before = to_text(plus(now, -age)) if age is not None else None
-        check_filters(ledger, provider, operation)
-        limit = min(limit, 2**63 - 1)  # SQLite's largest integer; more rows cannot exist
-        sel = Selection(
-            statuses=statuses, provider=provider, operation=operation, created_before=before,
-            also_contradicted=status is None,
-        )  # fmt: skip
-        rows = ledger.records(replace(sel, limit=limit))
-        total = ledger.count(sel) if len(rows) >= limit else len(rows)
-        what = ", ".join(statuses) + (" + contradicted" if status is None else "")
-        title = f"queue: {what} ({total})"
-        if fmt == "json":
-            emit_json([{**r.to_json(), "next": next_step(r)} for r in rows])
-        elif fmt == "tsv":
-            listing(tsv_columns(), rows, "tsv")
-        else:
-            listing(
-                queue_columns(now, statuses),
-                rows,
-                fmt,
-                title=title,
-                empty=f"queue ({what}): empty",
-            )
-        if total > len(rows):
-            console(stderr=True).print(
-                text(
-                    f"settled: showing the oldest {len(rows)} of {total}; raise --limit to see the rest"
-                )
-            )
-        sys.stdout.flush()
-        raise typer.Exit(4 if (fail_if_any and rows) else 0)
