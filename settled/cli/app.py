@@ -111,12 +111,14 @@ from . import (  # noqa: E402  (commands register on `app`)
     providers_cmd,
     queue_cmd,
     settle,
+    stats_cmd,
 )
 
 actions.register(app)
 listing.register(app)
 queue_cmd.register(app)
 settle.register(app)
+stats_cmd.register(app)
 daemon_cmd.register(app)
 providers_cmd.register(app)
 demo.register(app)

@@ -251,6 +251,7 @@ def table(
     out: Any = None,
 ) -> None:
     """Print ``rows`` as a table for a terminal (``-o table`` / ``-o wide``)."""
+    from rich.cells import cell_len
     from rich.table import Table
 
     con = out or console()
@@ -300,6 +301,8 @@ def table(
             value = term(c.cell(r))
             if c.flex:
                 value = shorten(value, w, c.lines)
+            elif c.right:  # rich does not justify a fixed-width column that ignores overflow
+                value = " " * max(0, w - cell_len(value)) + value
             cells.append(text((value, c.style(r) if c.style else "")))
         t.add_row(*cells)
     con.print(t)
