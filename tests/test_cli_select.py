@@ -234,3 +234,64 @@ def test_reconcile_ids_run_concurrently_and_keep_their_exit_codes(
     assert many.returncode == 0, many.stderr
     assert len(json.loads(many.stdout)["changes"]) == 5
     assert run_cli("reconcile", "mail-0", "nope").returncode == 6  # before anything is checked
+
+
+class Barrier:
+    """A provider's query API that answers only once ``parties`` queries are in flight
+    at the same moment (503 if that never happens within the bound): proof that the
+    checks ran concurrently, with no timing in the test."""
+
+    def __init__(self, parties: int) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.barrier = threading.Barrier(parties, timeout=30)
+        self.broken = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                try:
+                    outer.barrier.wait()
+                    code, body = 200, b'{"status": "delivered", "id": "x"}'
+                except threading.BrokenBarrierError:
+                    outer.broken += 1
+                    code, body = 503, b'{"error": "alone"}'
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self) -> None:
+        self.barrier.abort()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_a_selector_reconcile_runs_its_checks_concurrently(
+    sim: SimServer, tmp_path: Path, db_path: Any
+) -> None:
+    conf = sim_conf(sim, verify_deadline=600.0)
+    with Registry({"sim": conf}, source="test") as reg, Ledger.open(db_path) as led:
+        d = Dispatcher(led, reg)
+        for i in range(4):
+            sim.plan(f"c-{i}", "5xx_after")  # applied, reply lost: DENIED, queryable
+            d.submit("sim", "send", {"n": i}, action_id=f"c-{i}")
+    api = Barrier(4)
+    try:
+        write_config(tmp_path / "settled.toml",
+                     {"sim": sim_conf(sim, base_url=api.url, timeout=40.0, verify_deadline=600.0)})  # fmt: skip
+        out = run_cli("reconcile", "--provider", "sim", "--yes", "--concurrency", "4", "--json")
+        assert out.returncode == 0, out.stderr
+        moved = {c["action_id"]: c["to"] for c in json.loads(out.stdout)["changes"]}
+        assert moved == {f"c-{i}": "CONFIRMED" for i in range(4)} and api.broken == 0
+    finally:
+        api.close()

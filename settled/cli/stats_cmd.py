@@ -18,15 +18,16 @@ STATS_HELP = """Count what the ledger holds: the first screen of an incident.
 
 Counts by status for each operation (or --by provider, status or reason), the ages
 (p50, p95, oldest) of the open records (PENDING, IN_FLIGHT, AWAITING_VERIFICATION,
-DENIED_UNRESOLVED), the reasons the open records are held for, grouped (times, counts
-and ids written as <time> and #, so "budget spent after 3 check(s)" and "after 5
-check(s)" are one group; an HTTP status stays), and the checks failing now.
+DENIED_UNRESOLVED), the reasons the open records are held for, grouped (a time
+becomes a placeholder and every word with a digit in it becomes #, so "budget spent
+after 3 check(s)" and "after 5 check(s)" are one group; an HTTP status stays), and
+the checks failing now.
 
 Select with --provider, --operation, --status (default: all), --older-than and
 --since (creation time). Every figure is counted by the ledger in one snapshot; it
 only reads, and a missing ledger is exit 1. --json prints one object.
 
-\\b
+\b
 Examples:
   settled stats
   settled stats --provider mail --since 1h
