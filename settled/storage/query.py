@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from ..model import Status
@@ -88,6 +89,11 @@ def reason_group(reason: str | None) -> str | None:
     ``REASON_PATTERNS``); what SQLite's ``settled_reason_group`` returns."""
     if reason is None:
         return None
+    return _grouped(reason)
+
+
+@lru_cache(maxsize=4096)  # pure, and a ledger's records share few reasons
+def _grouped(reason: str) -> str:
     for pattern, replacement in _COMPILED:
         reason = pattern.sub(replacement, reason)
     return reason
@@ -208,10 +214,14 @@ def stats_statements(sel: Any, d: Dialect, now: str, by: str | None) -> dict[str
     (counts by status, provider, operation and grouped reason), ``totals``, ``ages``
     (of every open record) and, with ``by``, ``ages_by`` (per group)."""
     w = where(sel, d)
-    group = d.reason_group("reason")
+    # Reasons are grouped after the exact ones are counted: the patterns run once per
+    # distinct reason, not once per record (most records share a few reasons).
     cells = (
-        f"SELECT status, provider, operation, {group} AS reason_group, count(*),"
-        f" min(created_at), max(reason) FROM actions{w.sql}"
+        "WITH c AS (SELECT status, provider, operation, reason, count(*) AS n,"
+        f" min(created_at) AS first FROM actions{w.sql}"
+        " GROUP BY status, provider, operation, reason)"
+        f" SELECT status, provider, operation, {d.reason_group('reason')} AS reason_group,"
+        " sum(n), min(first), max(reason) FROM c"
         " GROUP BY status, provider, operation, reason_group",
         list(w.args),
     )
@@ -224,18 +234,27 @@ def stats_statements(sel: Any, d: Dialect, now: str, by: str | None) -> dict[str
 
 def _ages(w: Where, d: Dialect, now: str, by: str | None) -> Statement:
     """Nearest-rank p50 and p95 (as the audit's first-seen times) and the oldest age of
-    the open records, per group."""
+    the open records, per group (by reason: the patterns run once per distinct reason)."""
     clause, open_args = d.one_of("status", [str(s) for s in OPEN])
     open_where = f"{w.sql} AND {clause}" if w.sql else f" WHERE {clause}"
+    if by == "reason":
+        rows = (
+            f"s0 AS (SELECT COALESCE(reason, '') AS reason, created_at FROM actions{open_where}),"
+            f" g AS (SELECT reason, {d.reason_group('reason')} AS k"
+            " FROM (SELECT DISTINCT reason FROM s0) u),"
+            " s AS (SELECT g.k AS k, s0.created_at AS created_at"
+            " FROM s0 JOIN g ON g.reason = s0.reason)"
+        )
+    else:
+        rows = f"s AS (SELECT {group_key(by, d)} AS k, created_at FROM actions{open_where})"
     return (
-        f"WITH d AS (SELECT {group_key(by, d)} AS k, {d.age_seconds} AS s"
-        f" FROM actions{open_where}),"
+        f"WITH {rows}, d AS (SELECT k, {d.age_seconds} AS s FROM s),"
         " r AS (SELECT k, s, row_number() OVER (PARTITION BY k ORDER BY s) AS i,"
         " count(*) OVER (PARTITION BY k) AS n FROM d)"
         " SELECT k, n, max(CASE WHEN i = (n * 50 + 99) / 100 THEN s END),"
         " max(CASE WHEN i = (n * 95 + 99) / 100 THEN s END), max(s)"
         " FROM r GROUP BY k, n",
-        [now, *w.args, *open_args],
+        [*w.args, *open_args, now],
     )
 
 
