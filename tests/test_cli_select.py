@@ -295,3 +295,17 @@ def test_a_selector_reconcile_runs_its_checks_concurrently(
         assert moved == {f"c-{i}": "CONFIRMED" for i in range(4)} and api.broken == 0
     finally:
         api.close()
+
+
+def test_many_ids_on_stdin_with_selectors(unresolved: Ledger, db_path: Any) -> None:
+    """Thousands of named ids narrowed by selectors: bound in slices, never one
+    statement with more values than a database takes."""
+    names = [f"x-{i}" for i in range(1500)] + ["m-2", "s-1"]
+    out = run_cli("resolve", "-", "--provider", "mail", "--applied", "--reason", "r",
+                  "--dry-run", input="\n".join(names) + "\n")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    rows = [line.split("\t") for line in out.stdout.splitlines()[1:]]
+    assert len(rows) == 1502
+    assert {r[0]: r[4] for r in rows if r[4] != "(skipped)"} == {"m-2": "CONFIRMED"}
+    assert sum(1 for r in rows if r[5] == "not found") == 1500
+    assert "--dry-run: nothing recorded (1 would be)" in out.stderr

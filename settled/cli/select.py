@@ -144,9 +144,11 @@ def plan(
     if not ids.given:
         rows = ledger.records(replace(sel, limit=limit))
         return [Target(r.action_id, r, why_not(r)) for r in rows]
-    wanted = None
-    if selectors.given:
-        wanted = {r.action_id for r in ledger.records(replace(sel, ids=ids.ids))}
+    wanted: set[str] | None = None
+    if selectors.given:  # in slices: a statement binds a bounded number of values
+        wanted = set()
+        for i in range(0, len(ids.ids), 500):
+            wanted |= {r.action_id for r in ledger.records(replace(sel, ids=ids.ids[i : i + 500]))}
     out: list[Target] = []
     for a in ids.ids:
         rec = ledger.find(a)
