@@ -51,12 +51,14 @@ def has_control(text: str) -> bool:
     return any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in text)
 
 
-def expand_env(key: str, raw: Any, env: Mapping[str, str]) -> tuple[str, list[str]]:
+def expand_env(
+    key: str, raw: Any, env: Mapping[str, str], *, whole: bool = True
+) -> tuple[str, list[str]]:
     """``(value, secrets)``: ``raw`` with each ``${VAR}`` replaced by the environment's
-    value. ``secrets`` holds every substituted value (and the whole value when it
-    changed), for the redactor. A variable that is unset, or whose value holds a
-    control character (a trailing TAB or newline that a header would carry), is an
-    error that names the variable, never the value."""
+    value. ``secrets`` holds every substituted value (and, with ``whole``, the whole
+    value when it changed), for the redactor. A variable that is unset, or whose value
+    holds a control character (a trailing TAB or newline that a header would carry), is
+    an error that names the variable, never the value."""
     if not isinstance(raw, str):
         raise ConfigError(f'{key}: must be a string, e.g. "Bearer ${{TOKEN}}"')
     if "${" in ENV_REF.sub("", raw):
@@ -82,6 +84,17 @@ def expand_env(key: str, raw: Any, env: Mapping[str, str]) -> tuple[str, list[st
         return value
 
     value = ENV_REF.sub(sub, raw)
-    if value != raw:
+    if whole and value != raw:
         secrets.append(value)
     return value, secrets
+
+
+def expand_url(key: str, raw: Any, env: Mapping[str, str]) -> tuple[Any, list[str]]:
+    """A configured URL (``base_url``, a calendar's ``url``) with its ``${VAR}``s read
+    from the environment now, at run time: ``(url, secrets)``. Only the substituted
+    values are secrets (an account id in a path, a host), so the rest of the URL stays
+    readable where it is shown; the config keeps the reference, and the ledger never
+    sees the value. Anything that is not a string is returned for the caller to refuse."""
+    if not isinstance(raw, str) or "${" not in raw:
+        return raw, []
+    return expand_env(key, raw, env, whole=False)

@@ -50,7 +50,7 @@ DEFAULT_LEASE = 60.0  # s a reconciler holds a row; at least 2 × the query time
 DEFAULT_FLUSH_AFTER = 0.2  # s an observed result may wait for its batch's commit
 DEFAULT_QUERY_HOLD = 1.0  # s a provider is left alone after a 429/503 without Retry-After
 
-__all__ = ["DUE_STATUSES", "Change", "PassReport", "Reconciler"]
+__all__ = ["DUE_STATUSES", "Change", "PassReport", "Reconciler", "why_unchecked"]
 
 
 @dataclass
@@ -311,58 +311,92 @@ class Reconciler:
 
     def run_ids(self, action_ids: Iterable[str]) -> PassReport:
         """Check these records now, whatever their schedule. Unknown ids raise
-        ``NotFound`` before anything is checked."""
+        ``NotFound`` before anything is checked. With ``concurrency`` > 1 their queries
+        run from that many threads, as a pass's do (``_check_concurrently``)."""
         ids = list(dict.fromkeys(action_ids))
-        records = [self.ledger.get(aid) for aid in ids]
+        for aid in ids:
+            self.ledger.get(aid)
         report = PassReport()
         self._specs.clear()
         self._today.clear()
-        for rec in records:
+        if self.concurrency > 1 and len(ids) > 1:
+            self._ids_concurrently(ids, report)
+            return report
+        for aid in ids:
             if self.stop_requested():
                 report.stopped = True
                 break
             report.examined += 1
-            self._check_one(rec.action_id, report)
+            self._check_one(aid, report)
         return report
 
+    def _ids_concurrently(self, ids: list[str], report: PassReport) -> None:
+        """``run_ids`` from threads: the records are admitted (and leased) a few at a
+        time on this thread, as a pass leases its batches, so no query waits for the
+        whole list to be leased."""
+        group = _Group(self.ledger, self.flush_after)
+        left = deque(ids)
+
+        def lease_next() -> tuple[list[ActionRecord], str] | None:
+            if not left:
+                return None
+            if self.stop_requested():
+                report.stopped = True
+                return None
+            owner = "r-" + uuid.uuid4().hex
+            admitted: list[ActionRecord] = []
+            while left and len(admitted) < 2 * self.concurrency:
+                rec = self._admit(left.popleft(), report, owner)
+                if rec is None:
+                    report.examined += 1  # looked at, left alone (said why) or expired only
+                else:
+                    admitted.append(rec)  # counted when its check starts
+            return admitted, owner
+
+        try:
+            self._check_concurrently(lease_next, report, group)
+        finally:
+            group.flush()
+
     def _check_one(self, aid: str, report: PassReport) -> None:
+        owner = "r-" + uuid.uuid4().hex
+        rec = self._admit(aid, report, owner)
+        if rec is None:
+            return
+        group = _Group(self.ledger, self.flush_after)
+        self._check(rec, owner, report, group)
+        group.flush()
+
+    def _admit(self, aid: str, report: PassReport, owner: str) -> ActionRecord | None:
+        """The record, leased to ``owner`` for a check now; or None when it is left
+        alone (``why_unchecked``: the reason is in ``report.skipped``), another
+        reconciler holds it, or its lapsed dispatch lease was all there was to settle."""
         rec = self.ledger.get(aid)
         now = self.clock.now()
         for move in self.ledger.match_callbacks(rec, policy.callback, now=now):
             self._note_move(report, move, True, rec=rec)  # kept callbacks first: evidence
             rec = self.ledger.get(aid)
-        group = _Group(self.ledger, self.flush_after)
-        if rec.status is Status.IN_FLIGHT:
-            expires = from_text(rec.lease_expires_at)
-            if expires is not None and expires > now:
-                self._skip(report, rec, f"dispatch in progress; lease until {rec.lease_expires_at}")
-                return
+        why = why_unchecked(rec, now)
+        if why:
+            self._skip(report, rec, why)
+            return None
+        if rec.status is Status.IN_FLIGHT:  # its dispatch lease has lapsed
             expire = self._expire_at(now)(rec)
             self._note_move(report, expire, self.ledger.move(expire), rec=rec)
             rec = self.ledger.get(aid)
             due = from_text(rec.next_check_at)
             if rec.status is not Status.DENIED_UNRESOLVED or due is None or due > now:
-                return
-        if rec.status not in (Status.AWAITING_VERIFICATION, Status.DENIED_UNRESOLVED):
-            self._skip(report, rec, f"nothing to reconcile: {rec.status}")
-            return
-        if rec.requires_manual_verification:
-            eligible = from_text(rec.eligible_at)
-            if rec.status is Status.DENIED_UNRESOLVED:
-                self._skip(report, rec, "needs a person: `settled resolve`")
-                return
-            if eligible is not None and eligible > now:
-                self._skip(report, rec, "partial tier: a person verifies it; it joins the queue "
-                                        f"at {rec.eligible_at}")  # fmt: skip
-                return
-        owner = "r-" + uuid.uuid4().hex
+                return None
+            why = why_unchecked(rec, now)
+            if why:
+                self._skip(report, rec, why)
+                return None
         if not self.ledger.lease_one(rec, owner=owner, until=to_text(plus(now, self.lease)),
                                      now=to_text(now)):  # fmt: skip
             self._skip(report, rec, "another reconciler holds it")
-            return
+            return None
         rec.lease_owner = owner
-        self._check(rec, owner, report, group)
-        group.flush()
+        return rec
 
     # ------------------------------------------------------------ checking
     def _expire_at(self, now: datetime) -> Callable[[ActionRecord], Move]:
@@ -506,6 +540,26 @@ class Reconciler:
         report.skipped.append(Change(rec.action_id, str(rec.status), str(rec.status), "skipped",
                                      why, rec.next_check_at, to_text(self.clock.now()),
                                      provider=rec.provider, operation=rec.operation))  # fmt: skip
+
+
+def why_unchecked(rec: ActionRecord, now: datetime) -> str:
+    """Why checking ``rec`` now would leave it alone ("" when it would be checked, or
+    its lapsed dispatch lease expired first): what ``run_ids`` does, asked without
+    writing anything (a command's preview asks it too)."""
+    if rec.status is Status.IN_FLIGHT:
+        expires = from_text(rec.lease_expires_at)
+        if expires is not None and expires > now:
+            return f"dispatch in progress; lease until {rec.lease_expires_at}"
+        return ""
+    if rec.status not in (Status.AWAITING_VERIFICATION, Status.DENIED_UNRESOLVED):
+        return f"nothing to reconcile: {rec.status}"
+    if rec.requires_manual_verification:
+        if rec.status is Status.DENIED_UNRESOLVED:
+            return "needs a person: `settled resolve`"
+        eligible = from_text(rec.eligible_at)
+        if eligible is not None and eligible > now:
+            return f"partial tier: a person verifies it; it joins the queue at {rec.eligible_at}"
+    return ""
 
 
 def _change(rec: ActionRecord, move: Move, seen: str | None, kind: str) -> Change:

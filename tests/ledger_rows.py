@@ -3,6 +3,7 @@ any reason, in DENIED_UNRESOLVED (or another status) without a provider."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from records import declared
@@ -26,8 +27,9 @@ def add(
     status: Status = Status.DENIED_UNRESOLVED,
     tier: str = "blind",
     by: str = "test",
+    now: datetime | None = None,
 ) -> None:
-    when = plus(utcnow(), -age)
+    when = plus(now if now is not None else utcnow(), -age)
     at = to_text(when)
     rec = policy.new_record(
         action_id=action_id,

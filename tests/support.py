@@ -25,6 +25,7 @@ COMMANDS = [
     "retry",
     "queue",
     "show",
+    "stats",
     "providers",
     "providers audit",
     "providers render",

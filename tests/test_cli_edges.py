@@ -285,6 +285,7 @@ def test_help_has_examples_and_clean_metavars(cmd: str) -> None:
     out = run_cli(*cmd.split(), "-h", env={"COLUMNS": "100"})
     assert out.returncode == 0 and "Usage:" in out.stdout
     assert "Examples:" in out.stdout and "settled " in out.stdout.split("Examples:")[1]
+    assert re.search(r"Examples:\n +settled ", out.stdout), out.stdout  # one example a line
     assert not re.search(r"<[a-z]+(\[[a-z]+\])?>|<int range>|<float>|<text>", out.stdout), (
         out.stdout
     )

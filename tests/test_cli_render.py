@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from ledger_rows import add
 
 from settled.cli import render
+from settled.cli.select import Target
 from settled.clock import utcnow
 from settled.ledger import Ledger
 from settled.reconcile import Change
@@ -159,7 +160,7 @@ def every_renderer(s: str, width: int) -> list[Any]:
         lambda: actions.render_report(report),
         lambda: settle.render_record(rec, s),
         lambda: render.console().print(settle.change_line(change)),
-        lambda: settle._preview([(s or "x", rec, ""), (s or "y", None, s)], True, now),
+        lambda: settle._preview([Target(s or "x", rec), Target(s or "y", None, s)], True, now),
         lambda: render.console().print(render.text(actions.waiting_for(rec, now, 5.0))),
         lambda: render.console().print(render.text(listing.event_detail(ev))),
         lambda: (

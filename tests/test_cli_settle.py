@@ -47,8 +47,10 @@ def snapshot(ledger: Ledger, aid: str) -> tuple[Any, int]:
     ("args", "needle"),
     [
         ((), "give ACTION_IDs"),
-        (("a", "--due"), "not both"),
-        (("a", "--limit", "3"), "--due only"),
+        (("a", "--due"), "give no ACTION_IDs or selectors with it"),
+        (("--due", "--provider", "sim"), "give no ACTION_IDs or selectors with it"),
+        (("--due", "--yes"), "not --due"),
+        (("a", "--limit", "3"), "--limit applies to --due and to selectors"),
         (("--due", "--limit", "0"), "--limit"),
     ],
 )

@@ -27,7 +27,7 @@ COOKBOOK = ROOT / "docs" / "cookbook"
 ENV = {
     "STRIPE_SECRET_KEY": "sk_test_4eC39HqLyjWDarjtT1zdp7dc",
     "MC_ACCESS_TOKEN": "mc-token-0123456789",
-    "TWILIO_ACCOUNT_SID": "ACXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX",
+    "TWILIO_ACCOUNT_SID": "AC5a1e0c4f7e2b9d8c3a6f1e0d9c8b7a6f",  # not the docs' example
     "TWILIO_AUTH_TOKEN": "twilio-auth-token-xyz",
     "GITHUB_TOKEN": "github_pat_11AAAAAA",
     "HOOK_SECRET": "hook-secret-42",
@@ -192,6 +192,27 @@ def test_twilio_sms(api: Callable[[str], tuple[Registry, Wire_]]) -> None:
         wire.replies.append(httpx.Response(200, json={"sid": "SM1", "status": status}))
         assert query(reg, "twilio", "sms", params, None, "SM1").seen is seen
     assert str(wire.seen[-1].url).endswith(f"/Accounts/{sid}/Messages/SM1.json")
+
+
+def test_twilio_takes_the_account_from_the_environment(
+    api: Callable[[str], tuple[Registry, Wire_]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The entry says to set the account and sends no placeholder: the SID comes from
+    ${TWILIO_ACCOUNT_SID}, and without it settled refuses with one line naming it."""
+    text = (COOKBOOK / "twilio-messages.md").read_text()
+    conf = toml_of("twilio-messages.md")
+    assert "${TWILIO_ACCOUNT_SID}" in re.search(r'base_url = "([^"]+)"', conf).group(1)  # type: ignore[union-attr]
+    assert not re.search(r"AC[X0-9a-f]{32}", conf), "a literal account id in the config"
+    assert "Set your own account" in text and "TWILIO_ACCOUNT_SID" in text
+    monkeypatch.delenv("TWILIO_ACCOUNT_SID")
+    cfg = config.from_dict(tomllib.loads(conf), source="settled.toml")
+    reg = Registry(cfg.providers, source="settled.toml")
+    with pytest.raises(
+        Exception, match="base_url: environment variable TWILIO_ACCOUNT_SID is not set"
+    ) as err:
+        reg.load_all()
+    assert "\n" not in str(err.value)
+    reg.close()
 
 
 def test_github_issue(api: Callable[[str], tuple[Registry, Wire_]]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -24,17 +25,121 @@ def blocks(text: str, lang: str) -> list[str]:
     return re.findall(rf"```{lang}\n(.*?)```", text, flags=re.S)
 
 
-def test_every_cron_line_names_its_ledger_and_config() -> None:
-    cron = [
+def cron_lines() -> list[str]:
+    """Every job line of the documented crontabs (not comments, not NAME=value)."""
+    return [
         line
         for doc in (README, DAEMON_DOC)
         for b in blocks(doc, "cron")
         for line in b.splitlines()
-        if line.strip() and not line.startswith("#")
+        if line.strip() and not line.startswith("#") and not re.match(r"^[A-Z_]+=", line)
     ]
+
+
+def test_every_cron_line_names_its_ledger_and_config() -> None:
+    cron = cron_lines()
     assert len(cron) >= 4
     for line in cron:
         assert "--db " in line and "--config " in line, line
+
+
+def programs(command: str) -> list[str]:
+    """The programs a shell command line runs (builtins that run one: `exec`, `.`)."""
+    found = []
+    for part in re.split(r"&&|\|\||;|\|", command):
+        words = [w for w in shlex.split(part) if not re.match(r"^\d?[<>]", w)]
+        while words and words[0] in ("exec", "set", "-a", "+a"):
+            words = words[2:] if words[0] == "set" else words[1:]
+        if words:
+            found.append(words[1] if words[0] == "." else words[0])
+    return found
+
+
+def test_cron_lines_name_every_program_by_its_full_path_and_read_the_secrets_file() -> None:
+    """cron's PATH is /usr/bin:/bin and its environment holds none of the operator's
+    variables: each program is an absolute path, and each job reads the ${VAR}
+    secrets from the file the systemd unit reads."""
+    unit = next(b for b in blocks(DAEMON_DOC, "ini") if "ExecStart=" in b)
+    env_file = re.search(r"^EnvironmentFile=-?(\S+)", unit, flags=re.M).group(1)  # type: ignore[union-attr]
+    for line in cron_lines():
+        command = " ".join(line.split()[5:])
+        assert programs(command), line
+        for prog in programs(command):
+            assert prog.startswith("/"), (prog, line)
+        assert f"set -a && . {env_file} && " in command, line
+    for doc in (README, DAEMON_DOC):
+        assert "SHELL=/bin/sh" in "\n".join(blocks(doc, "cron"))
+        assert "EnvironmentFile=" in doc and "set -a" in doc
+
+
+# -- Prometheus -------------------------------------------------------------------------
+
+RULE_KEYS = {"alert", "record", "expr", "for", "keep_firing_for", "labels", "annotations"}
+
+
+def rules_file() -> str:
+    block = next(b for b in blocks(DAEMON_DOC, "yaml") if "alert:" in b)
+    return block
+
+
+def test_the_alert_rules_are_a_prometheus_rules_file() -> None:
+    """The rules-file schema: `groups:`, each with a unique name and rules that are
+    either an alert or a recording rule, with an expression, a duration for `for:`
+    and string labels and annotations. (promtool, where installed, checks the PromQL
+    too: the next test.)"""
+    import yaml
+
+    doc = yaml.safe_load(rules_file())
+    assert isinstance(doc, dict) and set(doc) == {"groups"}, doc
+    names = [g["name"] for g in doc["groups"]]
+    assert names and len(names) == len(set(names))
+    alerts = []
+    for group in doc["groups"]:
+        assert set(group) <= {"name", "interval", "limit", "rules"} and group["rules"]
+        for rule in group["rules"]:
+            assert set(rule) <= RULE_KEYS, rule
+            assert ("alert" in rule) != ("record" in rule), rule
+            assert isinstance(rule["expr"], str) and rule["expr"].strip()
+            if "for" in rule:
+                assert re.fullmatch(r"(\d+(ms|s|m|h|d|w|y))+", rule["for"]), rule
+            for key in ("labels", "annotations"):
+                assert all(isinstance(v, str) for v in rule.get(key, {}).values()), rule
+            alerts.append(rule.get("alert"))
+    assert {"SettledPassesFailing", "SettledStalled", "SettledUnresolvedGrowing"} <= set(alerts)
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
+def test_promtool_accepts_the_alert_rules(tmp_path: Path) -> None:
+    (tmp_path / "settled.yml").write_text(rules_file())
+    out = subprocess.run(["promtool", "check", "rules", str(tmp_path / "settled.yml")],
+                         capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS: 4 rules found" in out.stdout + out.stderr, out.stdout + out.stderr
+
+
+# -- agents ---------------------------------------------------------------------------
+
+
+def test_the_mcp_client_block_uses_the_daemons_ledger() -> None:
+    """An MCP client that sets no ledger writes its own per-user default, which no
+    daemon reconciles: the documented block names SETTLED_DB, the daemon the doc tells
+    to run beside it uses the same --db, and the doc says why."""
+    import json
+
+    agents = (ROOT / "docs" / "agents.md").read_text()
+    block = json.loads(next(b for b in blocks(agents, "json") if "mcpServers" in b))
+    env = block["mcpServers"]["settled"]["env"]
+    ledger, config = env["SETTLED_DB"], env["SETTLED_CONFIG"]
+    assert ledger.startswith("/") and config.startswith("/")
+    daemon = next(
+        line for b in blocks(agents, "sh") for line in b.splitlines() if " daemon" in line
+    )
+    assert f"--db {ledger}" in daemon and f"--config {config}" in daemon
+    claude = next(
+        line for b in blocks(agents, "sh") for line in b.splitlines() if "claude mcp add" in line
+    )
+    assert f"SETTLED_DB={ledger}" in claude
+    assert "~/.local/share/settled/settled.db" in agents and "where no daemon" in agents
 
 
 def test_the_ci_example_runs_as_written_and_a_rerun_sends_nothing(

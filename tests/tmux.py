@@ -102,4 +102,71 @@ def screen_lines(screen: str) -> list[str]:
     return [x.rstrip() for x in screen.split(DONE, maxsplit=1)[0].splitlines()]
 
 
-__all__ = ["Path", "capture", "exit_code", "run_in_terminal", "screen_lines", "tmux_available"]
+class Terminal:
+    """A command in a live terminal, for tests that act while it runs (``--watch``):
+    ``wait_for(text)`` until the screen shows it, ``send(*keys)``, ``screen()``."""
+
+    def __init__(self, args: list[str], *, width: int = 120, height: int = 40,
+                 env: dict[str, str] | None = None) -> None:  # fmt: skip
+        self.sock = f"settled-test-{uuid.uuid4().hex[:8]}"
+        self.base = ["tmux", "-L", self.sock]
+        full_env = {**os.environ, **(env or {})}
+        full_env.pop("NO_COLOR", None)
+        for sized in ("COLUMNS", "LINES"):
+            full_env.pop(sized, None)
+        full_env["TERM"] = "xterm-256color"
+        cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "settled", *args])
+        envs = " ".join(
+            f"{k}={shlex.quote(v)}"
+            for k, v in full_env.items()
+            if k.startswith(("SETTLED_", "XDG_", "PATH", "HOME", "PYTHON"))
+        )
+        script = f"cd {shlex.quote(str(ROOT))} && env {envs} {cmd}; echo; echo {DONE}$?; sleep 600"
+        subprocess.run([*self.base, "new-session", "-d", "-x", str(width), "-y", str(height),
+                        "bash", "--norc", "-c", script], check=True, env=full_env)  # fmt: skip
+
+    def screen(self) -> str:
+        """What the pane shows now (its visible part)."""
+        out = subprocess.run([*self.base, "capture-pane", "-p", "-t", "0"],
+                             capture_output=True, text=True, check=False)  # fmt: skip
+        return out.stdout
+
+    def wait_for(self, text: str, timeout: float = 60) -> str:
+        end = time.monotonic() + timeout
+        while True:
+            screen = self.screen()
+            if text in screen:
+                return screen
+            assert time.monotonic() < end, f"{text!r} never appeared:\n{screen}"
+            time.sleep(0.1)
+
+    def send(self, *keys: str) -> None:
+        subprocess.run([*self.base, "send-keys", "-t", "0", *keys], check=True)
+
+    def pid(self) -> int:
+        """The command's process (the pane runs bash, whose child it is)."""
+        out = subprocess.run([*self.base, "list-panes", "-F", "#{pane_pid}"],
+                             capture_output=True, text=True, check=True)  # fmt: skip
+        shell = int(out.stdout.split()[0])
+        kids = Path(f"/proc/{shell}/task/{shell}/children").read_text().split()
+        return int(kids[0])
+
+    def close(self) -> None:
+        subprocess.run([*self.base, "kill-server"], check=False, capture_output=True)
+
+    def __enter__(self) -> Terminal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = [
+    "Path",
+    "Terminal",
+    "capture",
+    "exit_code",
+    "run_in_terminal",
+    "screen_lines",
+    "tmux_available",
+]

@@ -18,9 +18,15 @@ def main(argv: list[str] | None = None) -> None:
 
     Typer/Click handle usage errors (exit 2) and ``typer.Exit`` codes themselves;
     everything else is converted here, in one place."""
+    from . import signals
+
+    previous = signals.hold()  # until the command says what SIGTERM means for it (cli.signals)
     code = 1
     try:
         code = _run(argv)
+    except signals.Terminated:
+        _quiet_interrupt("terminated (SIGTERM)")
+        code = 143
     except KeyboardInterrupt:
         _quiet_interrupt()
         code = 130
@@ -31,15 +37,22 @@ def main(argv: list[str] | None = None) -> None:
             common.STATE.close()
         except BaseException:  # noqa: S110 - closing after an interrupt: nothing left to report
             pass
+    if signals.held():  # it came while nothing ran that would take it (help, --version)
+        _quiet_interrupt("terminated (SIGTERM)")
+        code = 143
+    signals.restore(previous)
     sys.exit(code)
 
 
-def _quiet_interrupt() -> None:
+def _quiet_interrupt(what: str = "interrupted") -> None:
     import signal
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while we say so
     try:
-        print("settled: interrupted", file=sys.stderr)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while we say so
+    except ValueError:  # not the main thread
+        pass
+    try:
+        print(f"settled: {what}", file=sys.stderr)
     except (OSError, ValueError):
         pass
 

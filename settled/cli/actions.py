@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from . import complete
+from . import complete, signals
 from .common import STATE, finish, next_step
 from .render import console, is_tty, iso, span, status_text, term, text
 
@@ -166,6 +166,22 @@ def _check_wait_timeout(value: float) -> None:
         raise UsageError(f"--wait-timeout {value!r}: must be a finite number of seconds >= 0")
 
 
+def _wait_for_report(report: Any, timeout: float, as_json: bool) -> None:
+    """``--wait`` after the call: Ctrl-C or SIGTERM (``signals.Terminated``) ends the
+    wait, never the report: the record as it then stands is printed, and exits by its
+    status."""
+    before = report.record.status
+    try:
+        report.record = _wait(report.record, timeout, quiet=as_json)
+    except signals.Terminated:
+        report.message = "--wait stopped by SIGTERM"
+        report.record = STATE.ledger().get(report.record.action_id)
+    except KeyboardInterrupt:
+        report.message = "--wait interrupted"
+        report.record = STATE.ledger().get(report.record.action_id)
+    _after_wait(report, before)
+
+
 def _after_wait(report: Any, before: Any) -> None:
     """Say what --wait saw; ``result`` stays what the call itself did."""
     rec = report.record
@@ -288,18 +304,14 @@ def register(app: typer.Typer) -> None:
         if action_id is not None:
             check_id(action_id)
         _check_wait_timeout(wait_timeout)
+        if wait:
+            signals.as_interrupt()  # a CI cancel is Ctrl-C: the record, and its status
         d = STATE.dispatcher(actor="dispatch")
         report = d.submit(
             provider, operation, values, action_id=action_id, needs_confirmation=needs_confirmation
         )
         if wait and report.record is not None and not needs_confirmation:
-            before = report.record.status
-            try:
-                report.record = _wait(report.record, wait_timeout, quiet=as_json)
-            except KeyboardInterrupt:
-                report.message = "--wait interrupted"
-                report.record = STATE.ledger().get(report.record.action_id)
-            _after_wait(report, before)
+            _wait_for_report(report, wait_timeout, as_json)
         code = finish(report, as_json, render_report)
         if action_id is None:
             _rerun_hint(report)
@@ -323,16 +335,12 @@ def register(app: typer.Typer) -> None:
 
         check_id(action_id)
         _check_wait_timeout(wait_timeout)
+        if wait:
+            signals.as_interrupt()  # a CI cancel is Ctrl-C: the record, and its status
         d = STATE.dispatcher(actor="confirm")
         report = d.confirm(action_id)
         if wait and report.outcome in (Outcome.DISPATCHED, Outcome.IN_PROGRESS) and report.record:
-            before = report.record.status
-            try:
-                report.record = _wait(report.record, wait_timeout, quiet=as_json)
-            except KeyboardInterrupt:
-                report.message = "--wait interrupted"
-                report.record = STATE.ledger().get(report.record.action_id)
-            _after_wait(report, before)
+            _wait_for_report(report, wait_timeout, as_json)
         raise typer.Exit(finish(report, as_json, render_report))
 
 

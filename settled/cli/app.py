@@ -61,8 +61,14 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
+# Commands that take SIGTERM themselves from the very start (cli.signals); for every
+# other command it means the end of the process, as it always did.
+TAKES_SIGTERM = frozenset({"daemon"})
+
+
 @app.callback()
 def _globals(
+    ctx: typer.Context,
     db: str = typer.Option(
         None,
         "--db",
@@ -87,12 +93,15 @@ def _globals(
         help="Print settled's version and exit.",
     ),
 ) -> None:
+    from . import signals
+
     common.STATE.db = db
     common.STATE.config_path = config
+    if ctx.invoked_subcommand not in TAKES_SIGTERM:
+        signals.default()
 
 
-# The commands register on `app`, so they are imported after it.
-from . import (  # noqa: E402
+from . import (  # noqa: E402  (commands register on `app`)
     actions,
     daemon_cmd,
     demo,
@@ -100,13 +109,17 @@ from . import (  # noqa: E402
     mcp_cmd,
     migrate_cmd,
     providers_cmd,
+    queue_cmd,
     serve_cmd,
     settle,
+    stats_cmd,
 )
 
 actions.register(app)
 listing.register(app)
+queue_cmd.register(app)
 settle.register(app)
+stats_cmd.register(app)
 daemon_cmd.register(app)
 providers_cmd.register(app)
 demo.register(app)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from .common import STATE
@@ -64,58 +66,80 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         import signal
 
-        from ..daemon import Sweeper
-        from ..daemon.notify import Notifier
-        from ..errors import UsageError
+        from . import signals
 
-        cfg = STATE.config()
-        every = cfg.daemon_interval if interval is None else interval
-        source = "--interval" if interval is not None else f"{cfg.source}: daemon.interval"
-        if not 0 < every <= MAX_INTERVAL:  # also refuses nan and inf
-            raise UsageError(
-                f"{source} {every!r}: must be a number of seconds > 0 and <= "
-                f"{MAX_INTERVAL:g} (a day)"
-            )
-        if not 1 <= heartbeat <= MAX_INTERVAL:
-            raise UsageError(f"--heartbeat {heartbeat!r}: must be between 1 and {MAX_INTERVAL:g} s")
-        address = None
-        if metrics is not None:
-            from ..daemon.metrics import parse_address, require
-
-            address = parse_address(metrics)
-            require()
-        registry = STATE.registry()
-        registry.load_all()  # every provider built now: a config mistake stops us at start
-        ledger = STATE.ledger()
-        board, where = None, None
-        if address is not None:
-            from ..daemon.metrics import Metrics
-
-            board = Metrics()
-            host, port = board.serve(*address)
-            where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        sweeper = Sweeper(
-            ledger,
-            registry,
-            interval=every,
-            batch=cfg.reconcile_batch,
-            lease=cfg.reconcile_lease,
-            heartbeat=heartbeat,
-            metrics=board,
-            metrics_address=where,
-            notifier=Notifier(),
-            probe=STATE.probe,
-            concurrency=STATE.query_concurrency(concurrency),
-        )
+        # A stop may come at any moment of the start-up (a CI cancel, a deploy that
+        # changed its mind): it is kept, the start-up finishes (each step is bounded),
+        # and the daemon then logs `started`, `stopping` and `stopped` and exits 0.
+        sweeper: list[Any] = []
+        early: list[str] = []
 
         def on_signal(signum: int, _frame: object) -> None:
-            sweeper.request_stop(signal.Signals(signum).name)
+            name = signal.Signals(signum).name
+            if sweeper:
+                sweeper[0].request_stop(name)
+            else:
+                early.append(name)
 
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, on_signal)
+        if signals.take(on_signal):
+            early.append("SIGTERM")
+        signal.signal(signal.SIGINT, on_signal)
+        sweeper.append(_start(interval, metrics, heartbeat, concurrency))
+        if early:
+            sweeper[0].request_stop(early[0])
+        board = sweeper[0].metrics
         try:
-            code = sweeper.serve(once=once)
+            code = sweeper[0].serve(once=once)
         finally:
             if board is not None:
                 board.close()
         raise typer.Exit(code)
+
+
+def _start(interval: float | None, metrics: str | None, heartbeat: float,
+           concurrency: int | None) -> Any:  # fmt: skip
+    """Everything the daemon needs before its first pass, each part checked now: any
+    problem is exit 1 with one line, nothing started."""
+    from ..daemon import Sweeper
+    from ..daemon.notify import Notifier
+    from ..errors import UsageError
+
+    cfg = STATE.config()
+    every = cfg.daemon_interval if interval is None else interval
+    source = "--interval" if interval is not None else f"{cfg.source}: daemon.interval"
+    if not 0 < every <= MAX_INTERVAL:  # also refuses nan and inf
+        raise UsageError(
+            f"{source} {every!r}: must be a number of seconds > 0 and <= {MAX_INTERVAL:g} (a day)"
+        )
+    if not 1 <= heartbeat <= MAX_INTERVAL:
+        raise UsageError(f"--heartbeat {heartbeat!r}: must be between 1 and {MAX_INTERVAL:g} s")
+    address = None
+    if metrics is not None:
+        from ..daemon.metrics import parse_address, require
+
+        address = parse_address(metrics)
+        require()
+    registry = STATE.registry()
+    registry.load_all()  # every provider built now: a config mistake stops us at start
+    ledger = STATE.ledger()
+    board, where = None, None
+    if address is not None:
+        from ..daemon.metrics import Metrics
+
+        board = Metrics(providers=cfg.providers)
+        host, port = board.serve(*address)
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    sweeper = Sweeper(
+        ledger,
+        registry,
+        interval=every,
+        batch=cfg.reconcile_batch,
+        lease=cfg.reconcile_lease,
+        heartbeat=heartbeat,
+        metrics=board,
+        metrics_address=where,
+        notifier=Notifier(),
+        probe=STATE.probe,
+        concurrency=STATE.query_concurrency(concurrency),
+    )
+    return sweeper

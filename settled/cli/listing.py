@@ -10,25 +10,29 @@ from typing import Any
 import typer
 
 from . import complete
-from .common import EXIT_BY_STATUS, STATE, STATUSES, emit_json, next_step, one_line, parse_duration
+from .common import EXIT_BY_STATUS, STATE, STATUSES, emit_json, next_step, one_line
 from .render import (
     Col,
     ago,
     console,
-    default_format,
     iso,
-    listing,
     print_trimmed,
     status_text,
     term,
     text,
 )
 
-SHOW_HELP = """Show one action: what it was (params, times), where it stands, and every event.
+SHOW_HELP = """Show actions: what each was (params, times), where it stands, and every event.
 
-Exit code 0 when the action exists (6 when it does not), so that
-`settled show ID --json | jq -r .status` is safe under `set -e`; --exit-status exits
-with the status code instead (0 CONFIRMED, 3 pending, 4 unresolved, 5 FAILED).
+Give one or more ACTION_IDs, or - to read ids from stdin (one a line; the header line
+of `queue -o tsv` is skipped, and a whole TSV line is read up to its first TAB).
+Several actions print one block each; --json prints the object for one ACTION_ID
+given as an argument, and an array for several or for -.
+
+Exit code 0 when every action exists (6 when one does not: the others are still
+shown), so that `settled show ID --json | jq -r .status` is safe under `set -e`;
+--exit-status exits with the status code instead (0 CONFIRMED, 3 pending,
+4 unresolved, 5 FAILED; the highest of them for several, 6 when one is missing).
 Times are ISO-8601 in UTC ('Z').
 
 \b
@@ -36,26 +40,8 @@ Examples:
   settled show order-42-mail
   settled show order-42-mail --json | jq '.events[-1]'
   settled show order-42-mail --exit-status && echo done
-"""
-
-QUEUE_HELP = """List the actions nobody can call done yet, oldest first, with what settles
-each next. By default: every DENIED_UNRESOLVED action, and every settled one that a
-later reply contradicts (flagged CONTRADICTED; retry is blocked until it is resolved).
-
-On a terminal: a table that fits its width (ids are never cut; the why column wraps
-at word boundaries; att, tier, operation, age and next give way in that order when
-it is too narrow). On a pipe: tab-separated lines with a header (-o tsv), one line
-per action. -o wide adds absolute times; --json (or -o json) prints an array.
-
-Exit 0, or 4 with --fail-if-any when any action is listed. An unknown --provider or
---operation is an error (exit 1) listing the real names.
-
-\b
-Examples:
-  settled queue
-  settled queue --status all --provider mail --operation send -o wide
-  settled queue --older-than 10m --fail-if-any >/dev/null || page-oncall
-  settled queue -o tsv | cut -f1 | settled resolve - --not-applied --reason "bounced" --yes
+  settled show order-42-mail order-43-mail
+  settled queue --match timeout -o name | settled show - --json | jq -r '.[].reason'
 """
 
 
@@ -274,106 +260,66 @@ def parse_statuses(status: str) -> list[str]:
     return list(dict.fromkeys(statuses))
 
 
+def _show_json(ledger: Any, rec: Any) -> dict[str, Any]:
+    data: dict[str, Any] = rec.to_json()
+    data["config_changes"] = config_changes(rec)
+    data["pending_callbacks"] = ledger.pending_callbacks(rec)
+    data["events"] = [e.to_json() for e in ledger.events(rec.action_id)]
+    return data
+
+
+def _show_many(ledger: Any, ids: list[str], *, as_json: bool, exit_status: bool) -> int:
+    """Several actions: a block each (or one JSON array), in the order given; a
+    missing one is named on stderr, exit 6, and the others are still shown."""
+    from .common import EXIT_NOT_FOUND
+
+    found: list[Any] = []
+    code = 0
+    for aid in ids:
+        rec = ledger.find(aid)
+        if rec is None:
+            sys.stderr.write(f"settled: error: {term(f'no action {aid!r} in {ledger.location}')}\n")
+            code = EXIT_NOT_FOUND
+            continue
+        found.append(rec)
+        if exit_status:
+            code = max(code, EXIT_BY_STATUS[rec.status])
+    if as_json:
+        emit_json([_show_json(ledger, rec) for rec in found])
+        return code
+    now = ledger.clock(anchor=False).now()
+    for i, rec in enumerate(found):
+        if i:
+            console().print()
+        render_show(rec, ledger.events(rec.action_id), now, config_changes(rec),
+                    ledger.pending_callbacks(rec))  # fmt: skip
+    return code
+
+
 def register(app: typer.Typer) -> None:
     @app.command(help=SHOW_HELP)
     def show(
-        action_id: str = typer.Argument(
-            ..., metavar="ACTION_ID", autocompletion=complete.action_ids, help="The action to show."
+        action_ids: list[str] = typer.Argument(
+            ...,
+            metavar="ACTION_ID...|-",
+            autocompletion=complete.action_ids,
+            help="The actions to show; - reads ids from stdin.",
         ),
         exit_status: bool = typer.Option(
             False, "--exit-status", help="Exit with the status code (0, 3, 4, 5) instead of 0."
         ),
-        as_json: bool = typer.Option(False, "--json", help="The record and its events as JSON."),
+        as_json: bool = typer.Option(False, "--json", help="The record(s) and events as JSON."),
     ) -> None:
-        from .actions import check_id
+        from .select import read_ids
 
-        check_id(action_id)
+        chosen = read_ids(action_ids)
         ledger = STATE.ledger(create=False)
-        rec = ledger.get(action_id)
-        events = ledger.events(action_id)
-        changes = config_changes(rec)
-        waiting = ledger.pending_callbacks(rec)
-        if as_json:
-            data = rec.to_json()
-            data["config_changes"] = changes
-            data["pending_callbacks"] = waiting
-            data["events"] = [e.to_json() for e in events]
-            emit_json(data)
-        else:
-            render_show(rec, events, ledger.clock(anchor=False).now(), changes, waiting)
-        raise typer.Exit(EXIT_BY_STATUS[rec.status] if exit_status else 0)
-
-    @app.command(help=QUEUE_HELP)
-    def queue(
-        status: str = complete.status_option(
-            "Statuses to list (default: DENIED_UNRESOLVED, and contradicted ones).",
-            "STATUS[,STATUS…]|all",
-        ),
-        provider: str = complete.provider_option("Only this provider."),
-        operation: str = complete.operation_option("Only this operation."),
-        older_than: str = complete.older_than_option(
-            "Only actions created longer ago than e.g. 90s, 10m, 2h, 1d."
-        ),
-        fail_if_any: bool = typer.Option(
-            False, "--fail-if-any", help="Exit 4 when any action is listed (for monitors)."
-        ),
-        limit: int = typer.Option(
-            1000,
-            "--limit",
-            metavar="N",
-            min=1,
-            help="At most N rows (a note on stderr says when more exist).",
-        ),
-        output: str = typer.Option(
-            None,
-            "-o",
-            "--output",
-            metavar="table|wide|tsv|json",
-            autocompletion=complete.formats,
-            help="Output format (default: table on a terminal, tsv on a pipe).",
-            show_default=False,
-        ),
-        as_json: bool = typer.Option(False, "--json", help="Rows as a JSON array (= -o json)."),
-    ) -> None:
-        from dataclasses import replace
-
-        from ..clock import plus, to_text
-        from ..storage.base import Selection
-        from .common import check_filters
-
-        statuses = parse_statuses(status or "DENIED_UNRESOLVED")
-        fmt = default_format(output, as_json)
-        age = parse_duration(older_than) if older_than else None
-        ledger = STATE.ledger(create=False)
-        now = ledger.clock(anchor=False).now()
-        before = to_text(plus(now, -age)) if age is not None else None
-        check_filters(ledger, provider, operation)
-        limit = min(limit, 2**63 - 1)  # SQLite's largest integer; more rows cannot exist
-        sel = Selection(
-            statuses=statuses, provider=provider, operation=operation, created_before=before,
-            also_contradicted=status is None,
-        )  # fmt: skip
-        rows = ledger.records(replace(sel, limit=limit))
-        total = ledger.count(sel) if len(rows) >= limit else len(rows)
-        what = ", ".join(statuses) + (" + contradicted" if status is None else "")
-        title = f"queue: {what} ({total})"
-        if fmt == "json":
-            emit_json([{**r.to_json(), "next": next_step(r)} for r in rows])
-        elif fmt == "tsv":
-            listing(tsv_columns(), rows, "tsv")
-        else:
-            listing(
-                queue_columns(now, statuses),
-                rows,
-                fmt,
-                title=title,
-                empty=f"queue ({what}): empty",
-            )
-        if total > len(rows):
-            console(stderr=True).print(
-                text(
-                    f"settled: showing the oldest {len(rows)} of {total}; raise --limit to see the rest"
-                )
-            )
-        sys.stdout.flush()
-        raise typer.Exit(4 if (fail_if_any and rows) else 0)
+        if len(chosen.ids) == 1 and not chosen.from_stdin:  # one action: as it always was
+            rec = ledger.get(chosen.ids[0])
+            if as_json:
+                emit_json(_show_json(ledger, rec))
+            else:
+                render_show(rec, ledger.events(rec.action_id), ledger.clock(anchor=False).now(),
+                            config_changes(rec), ledger.pending_callbacks(rec))  # fmt: skip
+            raise typer.Exit(EXIT_BY_STATUS[rec.status] if exit_status else 0)
+        raise typer.Exit(_show_many(ledger, chosen.ids, as_json=as_json, exit_status=exit_status))

@@ -164,7 +164,7 @@ def span(secs: float) -> str:
 
 # ------------------------------------------------------------------ listings
 
-FORMATS = ("table", "wide", "tsv", "json")
+FORMATS = ("table", "wide", "tsv", "json", "name")
 
 
 @dataclass(frozen=True)
@@ -192,12 +192,14 @@ class Col:
 GAP = 2  # spaces between columns
 
 
-def emit_tsv(cols: Sequence[Col], rows: Sequence[Any], out: Any = None) -> None:
+def emit_tsv(cols: Sequence[Col], rows: Sequence[Any], out: Any = None, *,
+             headers: bool = True) -> None:  # fmt: skip
     stream = out or sys.stdout
-    lines = ["\t".join(c.head for c in cols)]
+    lines = ["\t".join(c.head for c in cols)] if headers else []
     for r in rows:
         lines.append("\t".join(tsv_cell((c.plain or c.cell)(r)) for c in cols))
-    stream.write("\n".join(lines) + "\n")
+    if lines:
+        stream.write("\n".join(lines) + "\n")
     stream.flush()
 
 
@@ -249,6 +251,7 @@ def table(
     out: Any = None,
 ) -> None:
     """Print ``rows`` as a table for a terminal (``-o table`` / ``-o wide``)."""
+    from rich.cells import cell_len
     from rich.table import Table
 
     con = out or console()
@@ -298,6 +301,8 @@ def table(
             value = term(c.cell(r))
             if c.flex:
                 value = shorten(value, w, c.lines)
+            elif c.right:  # rich does not justify a fixed-width column that ignores overflow
+                value = " " * max(0, w - cell_len(value)) + value
             cells.append(text((value, c.style(r) if c.style else "")))
         t.add_row(*cells)
     con.print(t)
@@ -363,17 +368,26 @@ def _blocks(cols: Sequence[Col], rows: Sequence[Any], con: Any, title: str | Non
 
 
 def listing(
-    cols: Sequence[Col], rows: Sequence[Any], fmt: str, *, title: str | None = None, empty: str = ""
+    cols: Sequence[Col],
+    rows: Sequence[Any],
+    fmt: str,
+    *,
+    title: str | None = None,
+    empty: str = "",
+    err: bool = False,
+    headers: bool = True,
 ) -> None:
-    """A listing in ``fmt`` (table, wide or tsv); JSON is the caller's."""
-    if fmt == "tsv":
-        emit_tsv(cols, rows)
+    """A listing in ``fmt`` (table, wide, tsv or name: the first column only, no
+    header); JSON is the caller's. ``err``: on stderr (when stdout carries JSON)."""
+    if fmt in ("tsv", "name"):
+        shown = cols[:1] if fmt == "name" else cols
+        emit_tsv(shown, rows, sys.stderr if err else None, headers=headers and fmt == "tsv")
         return
-    con = console()
+    con = console(stderr=err)
     if not rows:
         con.print(text(empty or f"{title}: empty"))
         return
-    table(cols, rows, title=title, wide=fmt == "wide", out=con if fmt != "wide" else None)
+    table(cols, rows, title=title, wide=fmt == "wide", out=con if fmt != "wide" or err else None)
 
 
 def default_format(fmt: str | None, as_json: bool) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import typer
@@ -10,6 +9,8 @@ import typer
 from . import complete
 from .common import (
     EXIT_BY_STATUS,
+    EXIT_CONFLICT,
+    EXIT_NOT_FOUND,
     STATE,
     default_actor,
     emit_json,
@@ -18,7 +19,7 @@ from .common import (
     next_step,
     one_line,
 )
-from .render import Col, ago, console, is_tty, status_text, term, text
+from .render import console, status_text, term, text
 
 RECONCILE_HELP = """Settle records by querying the provider for the real effect.
 
@@ -33,18 +34,29 @@ exit code is that record's status afterwards (0 CONFIRMED, 3 pending, 4 unresolv
 is checked. Results are printed as they come; on a terminal a progress bar runs on
 stderr.
 
+With - (ids on stdin, one a line; the header of `queue -o tsv` is skipped) or
+selectors (--provider, --operation, --status, default DENIED_UNRESOLVED, and
+--older-than): first shows what it would check and asks on a terminal; --yes skips
+the question, --dry-run only shows. Exit 0 when the checks ran (6 when a named id was
+not found; the others are checked). --concurrency runs the checks from N threads, as
+a pass does.
+
 \b
 Examples:
   settled reconcile --due
   settled --db /srv/app/settled.db --config /etc/settled/settled.toml reconcile --due --log json
   settled reconcile order-42-mail
+  settled reconcile --provider mail --older-than 10m --dry-run
+  settled reconcile --provider mail --status all --concurrency 16 --yes
+  settled queue --match "HTTP 503" -o name | settled reconcile - --yes
   settled reconcile --due --limit 500 --json | jq .counts
 """
 
 RESOLVE_HELP = """Settle unresolved actions by a person's attested verdict.
 
-Give ACTION_IDs (or - to read ids from stdin, one per line), or select with
---provider, --operation, --status (default DENIED_UNRESOLVED) and --older-than.
+Give ACTION_IDs (or - to read ids from stdin, one per line; the header line of
+`queue -o tsv` is skipped), or select with --provider, --operation, --status
+(default DENIED_UNRESOLVED) and --older-than.
 Selecting, or reading ids from stdin, first shows what would be settled and asks on
 a terminal; --yes skips the question, --dry-run only shows. Every record gets its own
 event with the same reason, evidence and actor.
@@ -60,7 +72,7 @@ Examples:
   settled resolve order-42-mail --applied --reason "customer replied" --evidence "ticket 991"
   settled resolve --provider mail --older-than 1d --not-applied --reason "bounced" --dry-run
   settled resolve --provider mail --older-than 1d --not-applied --reason "bounced" --yes
-  settled queue -o tsv | tail -n +2 | cut -f1 | settled resolve - --applied --reason "seen in CRM" --yes
+  settled queue --provider mail -o name | settled resolve - --applied --reason "seen in CRM" --yes
 """
 
 RETRY_HELP = """Open a new attempt (idempotency key ID:N+1) of a FAILED action and dispatch it.
@@ -154,28 +166,137 @@ def _progress(total: int | None, *, enabled: bool) -> Any:
     return Progress("reconciling", total, enabled=enabled)
 
 
+def reconcile(
+    action_ids: list[str] = typer.Argument(
+        None,
+        metavar="[ACTION_ID|-]...",
+        autocompletion=complete.action_ids,
+        help="Records to check now; - reads ids from stdin.",
+        show_default=False,
+    ),
+    due: bool = typer.Option(False, "--due", help="One pass over everything due (cron)."),
+    provider: str = complete.provider_option("Select by provider."),
+    operation: str = complete.operation_option("Select by operation."),
+    status: str = complete.status_option("Select by status (default DENIED_UNRESOLVED)."),
+    older_than: str = complete.older_than_option("Select actions created longer ago than e.g. 1d."),
+    limit: int = typer.Option(
+        None,
+        "--limit",
+        min=1,
+        metavar="N",
+        help="With --due or selectors: examine at most N records.",
+        show_default=False,
+    ),
+    log: str = typer.Option(
+        "text",
+        "--log",
+        metavar="text|json",
+        help="text: lines for people; json: the daemon's JSON lines on stderr.",
+    ),
+    concurrency: int = typer.Option(
+        None,
+        "--concurrency",
+        metavar="N",
+        min=1,
+        max=100,
+        show_default=False,
+        help="Queries in flight at once (default [reconcile] concurrency, else each provider's).",
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only show what would be checked."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before checking a selection."),
+    as_json: bool = typer.Option(False, "--json", help="Print the pass report as JSON."),
+) -> None:
+    import click
+
+    from .select import Selectors, read_ids
+
+    if log not in ("text", "json"):
+        raise click.UsageError(f"--log {log!r}: use text or json")
+    chosen = read_ids(action_ids)
+    sel = Selectors(provider, operation, status, older_than)
+    if due and (chosen.given or sel.given):
+        raise click.UsageError(
+            "--due is a pass over everything due: give no ACTION_IDs or selectors with it"
+        )
+    if due and (dry_run or yes):
+        raise click.UsageError(
+            "--dry-run and --yes apply to ACTION_IDs, - and selectors, not --due"
+        )
+    if not due and not chosen.given and not sel.given:
+        raise click.UsageError(
+            "give ACTION_IDs to check, - (ids on stdin), selectors such as --provider, "
+            "or --due for a pass over what is due"
+        )
+    if limit is not None and not (due or sel.given):
+        raise click.UsageError("--limit applies to --due and to selectors")
+    if due or (chosen.ids and not chosen.from_stdin and not sel.given and not dry_run):
+        report = _reconcile(chosen.ids, due, limit, as_json, log, concurrency)  # as it always was
+        if as_json:
+            emit_json(report.to_json())
+        elif log == "text":
+            render_summary(report)
+        if len(chosen.ids) == 1:
+            raise typer.Exit(EXIT_BY_STATUS[STATE.ledger().get(chosen.ids[0]).status])
+        raise typer.Exit(0)
+    raise typer.Exit(_reconcile_chosen(chosen, sel, limit=limit, log=log, concurrency=concurrency,
+                                       dry_run=dry_run, yes=yes, as_json=as_json))  # fmt: skip
+
+
+def _reconcile_chosen(chosen: Any, sel: Any, **opt: Any) -> int:
+    """reconcile with - or selectors: show what would be checked, ask, check."""
+    from ..reconcile import why_unchecked
+    from .select import confirm, plan, preview
+
+    ledger = STATE.ledger(create=False)
+    now = ledger.clock(anchor=False).now()  # a previewed or refused reconcile writes nothing
+    targets = plan(ledger, chosen, sel, now, lambda r: why_unchecked(r, now),
+                   default=("DENIED_UNRESOLVED",), limit=opt["limit"])  # fmt: skip
+    todo = [t.action_id for t in targets if not t.skip]
+    missing = any(t.skip == "not found" for t in targets)
+    code = EXIT_NOT_FOUND if missing else 0
+    if opt["as_json"] and opt["dry_run"]:
+        emit_json([_target_json(t, checked=False) for t in targets])
+        return code
+    asked = todo and not opt["yes"] and not opt["dry_run"]
+    if not opt["as_json"] or asked:
+        preview(targets, title=f"reconcile: {len(todo)} of {len(targets)} action(s) to check now",
+                becomes=_becomes, now=now, err=opt["as_json"])  # fmt: skip
+    if opt["dry_run"]:
+        console(stderr=True).print(text(f"--dry-run: nothing checked ({len(todo)} would be)"))
+        return code
+    if asked and not confirm(len(todo), question=f"Check these {len(todo)} action(s) now?",
+                             doing="check", asked=not chosen.from_stdin):  # fmt: skip
+        console(stderr=True).print(text("nothing checked"))
+        return code
+    report = _reconcile(todo, False, None, opt["as_json"], opt["log"], opt["concurrency"])
+    if opt["as_json"]:
+        emit_json({**report.to_json(),
+                   "not_checked": [{"action_id": t.action_id, "why": t.skip}
+                                   for t in targets if t.skip]})  # fmt: skip
+    elif opt["log"] == "text":
+        for t in targets:
+            if t.skip:
+                console(stderr=True).print(text(f"  {t.action_id}: not checked: ", t.skip))
+        render_summary(report)
+    return code
+
+
+def _becomes(t: Any) -> str:
+    if str(t.record.status) == "IN_FLIGHT":
+        return "lease lapsed: DENIED_UNRESOLVED, then checked"
+    return "checked now"
+
+
+def _target_json(t: Any, *, checked: bool) -> dict[str, Any]:
+    data: dict[str, Any] = (
+        t.record.to_json() if t.record is not None else {"action_id": t.action_id}
+    )
+    data["checked"] = checked and not t.skip
+    data["skipped"] = t.skip or None
+    return data
+
+
 # ------------------------------------------------------------------ resolve
-
-
-def _read_ids(ids: list[str]) -> tuple[list[str], bool]:
-    """The ids given, with '-' replaced by the lines of stdin; and whether stdin
-    was read."""
-    from .actions import check_id
-
-    out: list[str] = []
-    from_stdin = False
-    for a in ids:
-        if a == "-":
-            if from_stdin:
-                continue
-            from_stdin = True
-            data = sys.stdin.read(16 * 1024 * 1024)
-            out += [line.strip() for line in data.splitlines() if line.strip()]
-        else:
-            out.append(a)
-    for a in out:
-        check_id(a)
-    return list(dict.fromkeys(out)), from_stdin
 
 
 def _resolvable(rec: Any, applied: bool, now: Any) -> str:
@@ -190,89 +311,13 @@ def _resolvable(rec: Any, applied: bool, now: Any) -> str:
     return f"{rec.status}: resolve applies to unresolved actions only"
 
 
-def _preview(plan: list[tuple[str, Any, str]], applied: bool, now: Any) -> None:
-    from .render import listing
+def _preview(targets: Any, applied: bool, now: Any, *, err: bool = False) -> None:
+    from .select import preview
 
     verdict = "CONFIRMED" if applied else "FAILED"
-    cols = [
-        Col("action", lambda p: p[0]),
-        Col("status", lambda p: str(p[1].status) if p[1] else "-", give_way=3),
-        Col("age", lambda p: ago(p[1].created_at, now) if p[1] else "-", give_way=1, right=True),
-        Col(
-            "operation", lambda p: f"{p[1].provider}/{p[1].operation}" if p[1] else "-", give_way=2
-        ),
-        Col("becomes", lambda p: verdict if not p[2] else "(skipped)"),
-        Col("why", lambda p: p[2] or (one_line(p[1].reason or "") if p[1] else ""), flex=True),
-    ]
-    n = sum(1 for p in plan if not p[2])
-    title = f"resolve --{'applied' if applied else 'not-applied'}: {n} of {len(plan)} action(s)"
-    listing(cols, plan, "table" if is_tty() else "tsv", title=title)
-
-
-def _ask(n: int) -> bool:
-    import click
-
-    return click.confirm(f"Record this verdict for {n} action(s)?", default=False, err=True)
-
-
-def reconcile(
-    action_ids: list[str] = typer.Argument(
-        None,
-        metavar="[ACTION_ID]...",
-        autocompletion=complete.action_ids,
-        help="Records to check now.",
-        show_default=False,
-    ),
-    due: bool = typer.Option(False, "--due", help="One pass over everything due (cron)."),
-    limit: int = typer.Option(
-        None,
-        "--limit",
-        min=1,
-        metavar="N",
-        help="With --due: examine at most N records.",
-        show_default=False,
-    ),
-    log: str = typer.Option(
-        "text",
-        "--log",
-        metavar="text|json",
-        help="text: lines for people; json: the daemon's JSON lines on stderr.",
-    ),
-    as_json: bool = typer.Option(False, "--json", help="Print the pass report as JSON."),
-    concurrency: int = typer.Option(
-        None,
-        "--concurrency",
-        metavar="N",
-        min=1,
-        max=100,
-        show_default=False,
-        help="With --due: queries in flight at once (default [reconcile] concurrency, "
-        "else each provider's).",
-    ),
-) -> None:
-    import click
-
-    from .actions import check_id
-
-    ids = [check_id(a) for a in action_ids or []]
-    if ids and due:
-        raise click.UsageError("give ACTION_IDs or --due, not both")
-    if not ids and not due:
-        raise click.UsageError("give ACTION_IDs to check, or --due for a pass over what is due")
-    if limit is not None and not due:
-        raise click.UsageError("--limit applies to --due only")
-    if concurrency is not None and not due:
-        raise click.UsageError("--concurrency applies to --due only")
-    if log not in ("text", "json"):
-        raise click.UsageError(f"--log {log!r}: use text or json")
-    report = _reconcile(ids, due, limit, as_json, log, concurrency)
-    if as_json:
-        emit_json(report.to_json())
-    elif log == "text":
-        render_summary(report)
-    if len(ids) == 1:
-        raise typer.Exit(EXIT_BY_STATUS[STATE.ledger().get(ids[0]).status])
-    raise typer.Exit(0)
+    n = sum(1 for t in targets if not t.skip)
+    title = f"resolve --{'applied' if applied else 'not-applied'}: {n} of {len(targets)} action(s)"
+    preview(targets, title=title, becomes=lambda _t: verdict, now=now, err=err)
 
 
 def resolve(
@@ -316,23 +361,21 @@ def resolve(
 ) -> None:
     import click
 
-    from ..clock import plus, to_text
     from ..errors import UsageError
     from ..resolve import resolve as do_resolve
-    from .common import check_filters
-    from .listing import parse_statuses
+    from .select import Selectors, confirm, plan, read_ids
 
     verdict = _verdict(applied, reason, by, evidence, object_id)
-    ids, from_stdin = _read_ids(action_ids or [])
-    selecting = any(v is not None for v in (provider, operation, status, older_than))
-    if not ids and not selecting and not from_stdin:
+    chosen = read_ids(action_ids)
+    sel = Selectors(provider, operation, status, older_than)
+    if not chosen.given and not sel.given:
         raise click.UsageError("give ACTION_IDs, - (ids on stdin), or selectors such as --provider")
     ledger = STATE.ledger(create=False)
     now = ledger.clock(anchor=False).now()  # a refused or previewed resolve writes nothing
     verdict["now"] = now
-    single = len(ids) == 1 and not selecting and not from_stdin
+    single = len(chosen.ids) == 1 and not sel.given and not chosen.from_stdin
     if single and not dry_run:  # one named action: as it always was
-        rec = do_resolve(ledger, ids[0], **verdict)
+        rec = do_resolve(ledger, chosen.ids[0], **verdict)
         if as_json:
             emit_json(rec.to_json())
         else:
@@ -340,34 +383,33 @@ def resolve(
         raise typer.Exit(0)
     if object_id is not None and not single:
         raise UsageError("--object-id names one provider object: give exactly one ACTION_ID")
-    check_filters(ledger, provider, operation)
-    statuses = parse_statuses(status) if status else ["DENIED_UNRESOLVED"]
-    before = to_text(plus(now, -_duration(older_than))) if older_than else None
-    plan = _plan(ledger, ids, selecting, applied, now, statuses=statuses, provider=provider,
-                 operation=operation, before=before)  # fmt: skip
-    todo = [p for p in plan if not p[2]]
+    targets = plan(ledger, chosen, sel, now, lambda r: _resolvable(r, applied, now),
+                   default=("DENIED_UNRESOLVED",))  # fmt: skip
+    todo = [t for t in targets if not t.skip]
     if as_json and dry_run:
-        emit_json([_plan_json(p, applied, False) for p in plan])
+        emit_json([_plan_json(t, applied, False) for t in targets])
         raise typer.Exit(0)
-    if not as_json:
-        _preview(plan, applied, now)
+    asked = bool(todo) and not yes and not dry_run
+    if not as_json or asked:
+        _preview(targets, applied, now, err=as_json)
     if dry_run:
         console(stderr=True).print(text(f"--dry-run: nothing recorded ({len(todo)} would be)"))
         raise typer.Exit(0)
-    if todo and not yes and not _confirmed(len(todo), asked=not from_stdin):
+    if asked and not confirm(len(todo), question=f"Record this verdict for {len(todo)} action(s)?",
+                             doing="settle", asked=not chosen.from_stdin):  # fmt: skip
         console(stderr=True).print(text("nothing recorded"))
         raise typer.Exit(0)
-    code, done = _record(ledger, plan, verdict, bar=not as_json and len(todo) > 1)
+    code, done = _record(ledger, targets, verdict, bar=not as_json and len(todo) > 1)
     if as_json:
-        emit_json([_plan_json(p, applied, True) for p in done])
+        emit_json([_plan_json(t, applied, True) for t in done])
     else:
-        recorded = sum(1 for p in done if not p[2])
+        recorded = sum(1 for t in done if not t.skip)
         console(stderr=True).print(
             text(f"recorded {recorded} verdict(s); {len(done) - recorded} skipped")
         )
-        for a, _r, why in done:
-            if why:
-                console(stderr=True).print(text(f"  {a}: ", why))
+        for t in done:
+            if t.skip:
+                console(stderr=True).print(text(f"  {t.action_id}: ", t.skip))
     raise typer.Exit(code)
 
 
@@ -390,19 +432,6 @@ def _verdict(
             "object_id": object_id}  # fmt: skip
 
 
-def _confirmed(n: int, *, asked: bool) -> bool:
-    """A selection is settled only after a yes on a terminal (or --yes); with ids on
-    stdin or no terminal there is nobody to ask, so it is refused, not assumed."""
-    from ..errors import UsageError
-
-    if not asked or not is_tty(sys.stdin):
-        raise UsageError(
-            f"refusing to settle {n} action(s) without --yes: there is no terminal "
-            "to ask (review with --dry-run, then add --yes)"
-        )
-    return _ask(n)
-
-
 def retry(
     action_id: str = typer.Argument(
         ..., metavar="ACTION_ID", autocompletion=complete.action_ids, help="A FAILED action."
@@ -422,77 +451,45 @@ def register(app: typer.Typer) -> None:
     app.command(help=RETRY_HELP)(retry)
 
 
-Plan = list[tuple[str, Any, str]]  # (action id, record or None, why it is skipped or "")
+def _record(ledger: Any, targets: list[Any], verdict: dict[str, Any], *,
+            bar: bool) -> tuple[int, list[Any]]:  # fmt: skip
+    """Record the verdict for each target not skipped, one at a time (each is its own
+    checked move: an action changed meanwhile is reported, not forced). Returns the
+    exit code and each target as it ended."""
+    from dataclasses import replace
 
-
-def _plan(
-    ledger: Any,
-    ids: list[str],
-    selecting: bool,
-    applied: bool,
-    now: Any,
-    **filters: Any,
-) -> Plan:
-    """Each named or selected action with the reason it would be skipped ("" when the
-    verdict can be recorded). Named ids that the filters do not select are skipped."""
-    query = {"statuses": filters["statuses"], "provider": filters["provider"],
-             "operation": filters["operation"], "created_before": filters["before"]}  # fmt: skip
-    if not ids:
-        return [(r.action_id, r, _resolvable(r, applied, now)) for r in ledger.query(**query)]
-    wanted = {r.action_id for r in ledger.query(**query)} if selecting else None
-    plan: Plan = []
-    for a in ids:
-        one = ledger.find(a)
-        if one is None:
-            plan.append((a, None, "not found"))
-        elif wanted is not None and a not in wanted:
-            plan.append((a, one, "not selected by the filters"))
-        else:
-            plan.append((a, one, _resolvable(one, applied, now)))
-    return plan
-
-
-def _record(ledger: Any, plan: Plan, verdict: dict[str, Any], *, bar: bool) -> tuple[int, Plan]:
-    """Record the verdict for each action the plan did not skip, one at a time (each
-    is its own checked move: an action changed meanwhile is reported, not forced).
-    Returns the exit code and each action's result."""
     from ..errors import NotFound, SettledError
     from ..resolve import resolve as do_resolve
     from .progress import Progress
 
     code = 0
-    done: Plan = []
-    todo = sum(1 for p in plan if not p[2])
+    done: list[Any] = []
+    todo = sum(1 for t in targets if not t.skip)
     with Progress("resolving", todo, enabled=bar) as progress:
-        for a, rec, why in plan:
-            if why:
-                code = max(code, 6 if why == "not found" else 7)
-                done.append((a, rec, why))
+        for t in targets:
+            if t.skip:
+                code = max(code, EXIT_NOT_FOUND if t.skip == "not found" else EXIT_CONFLICT)
+                done.append(t)
                 continue
             try:
-                moved = do_resolve(ledger, a, **verdict)
+                moved = do_resolve(ledger, t.action_id, **verdict)
             except NotFound as exc:
                 code = max(code, exit_for(exc))
-                done.append((a, None, str(exc)))
+                done.append(replace(t, record=None, skip=str(exc)))
             except SettledError as exc:  # changed meanwhile: reported with its line
                 code = max(code, exit_for(exc))
-                done.append((a, rec, str(exc)))
+                done.append(replace(t, skip=str(exc)))
             else:
-                done.append((a, moved, ""))
+                done.append(replace(t, record=moved))
             progress.advance()
     return code, done
 
 
-def _duration(text_: str) -> float:
-    from .common import parse_duration
-
-    return parse_duration(text_)
-
-
-def _plan_json(p: tuple[str, Any, str], applied: bool, done: bool) -> dict[str, Any]:
-    a, rec, why = p
-    data: dict[str, Any] = rec.to_json() if rec is not None else {"action_id": a}
-    data["resolved"] = done and not why
+def _plan_json(t: Any, applied: bool, done: bool) -> dict[str, Any]:
+    data: dict[str, Any] = (
+        t.record.to_json() if t.record is not None else {"action_id": t.action_id}
+    )
+    data["resolved"] = done and not t.skip
     data["verdict"] = "applied" if applied else "not_applied"
-    data["skipped"] = why or None
+    data["skipped"] = t.skip or None
     return data

@@ -8,6 +8,8 @@ interval job, until asked to stop.
   row before it queries it, so no row is checked twice for the same due time.
 - ``request_stop()`` (the CLI calls it on SIGTERM/SIGINT) lets the check in hand
   finish, hands the rest of the batch back to the ledger, and returns from ``serve``.
+  A stop requested before ``serve`` (during the daemon's start-up) runs no pass:
+  ``serve`` logs ``started``, ``stopping`` and ``stopped`` and returns.
 - The log is one JSON line per event (``settled.daemon.log``): each status move after
   its commit, a warning per check that could not observe anything (provider,
   operation, error class), a summary per pass, a heartbeat at a steady interval.
@@ -232,7 +234,7 @@ class Sweeper:
             notify=self.notifier.enabled,
             metrics=self.metrics_address,
         )
-        if once:
+        if once or self._stop.is_set():  # one pass; or none: stopped during start-up
             self.run_pass()
             if self._stop.is_set():
                 self._stopping()

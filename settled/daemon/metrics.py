@@ -3,7 +3,8 @@
 - ``/metrics``: ``settled_transitions_total{from_status,to_status,kind}`` (``kind="callback"``:
   a move a provider's callback made, when a pass matched a kept one),
   ``settled_callbacks_total{provider,reason}`` (for a process that receives callbacks),
-  ``settled_queue_depth{status,provider}`` (open records, as of the last pass),
+  ``settled_queue_depth{status,provider}`` (open records, as of the last pass; 0 for
+  every open status of every configured provider and of every provider with records),
   ``settled_checks_total{result}`` (what each provider query observed; ``error`` when
   it could not observe anything), ``settled_passes_total{result}``,
   ``settled_pass_duration_seconds`` (histogram),
@@ -19,7 +20,7 @@ that ``/healthz`` lives beside ``/metrics`` on one port.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -48,8 +49,12 @@ def parse_address(text: str) -> tuple[str, int]:
 
 
 class Metrics:
-    def __init__(self) -> None:
+    """``providers``: the configured ones, whose queue depth reads 0 rather than
+    vanishing while they have no open record (with those the ledger has records of)."""
+
+    def __init__(self, providers: Iterable[str] = ()) -> None:
         require()
+        self.providers = frozenset(providers)
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
@@ -123,8 +128,15 @@ class Metrics:
         self._ok, self._why = ok, why
 
     def queue(self, counts: dict[tuple[str, str], int]) -> None:
-        """Records by (status, provider), as the ledger counted them after a pass."""
-        depth = {k: n for k, n in counts.items() if k[0] in OPEN}
+        """Records by (status, provider), as the ledger counted them after a pass. Every
+        open status of every known provider (configured, or with records in the
+        ledger: records are never deleted) is a series, 0 when nothing is in it, so a
+        queue that empties reads 0 instead of disappearing (an alert on ``> 0`` would
+        otherwise keep its last value, and ``absent()`` could not tell "empty" from
+        "no daemon")."""
+        known = self.providers | {provider for _status, provider in counts}
+        depth = {(status, p): 0 for status in OPEN for p in known}
+        depth.update({k: n for k, n in counts.items() if k[0] in OPEN})
         self._queue = depth  # replaced whole: a scrape sees one pass's figures
 
     def health(self) -> tuple[int, str]:

@@ -40,7 +40,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import httpx
 
-from ..checks import expand_env, number
+from ..checks import expand_env, expand_url, number
 from ..clock import steady, utcnow
 from ..errors import ConfigError, UnknownProvider, UsageError
 from ..model import Tier
@@ -219,22 +219,24 @@ class CalDavProvider(BaseProvider):
             raise ConfigError(
                 f"{unknown[0]}: unknown key; remove it or use one of {', '.join(KEYS)}"
             )
-        url = conf.get("url")
+        url, hidden = expand_url("url", conf.get("url"), env)  # ${VAR}s read now, never stored
         example = (
             'set url to the calendar collection, e.g. url = "https://cal.example.com/alice/work/"'
         )
+        shown = conf.get("url")
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ConfigError(f"url: {'missing' if url is None else repr(url)}; {example}")
+            raise ConfigError(f"url: {'missing' if url is None else repr(shown)}; {example}")
         try:
             parsed = httpx.URL(url)
         except (httpx.InvalidURL, ValueError, TypeError) as exc:
-            raise ConfigError(f"url: {url!r} is not a valid URL ({exc}); {example}") from None
+            why = f" ({exc})" if shown == url else ""
+            raise ConfigError(f"url: {shown!r} is not a valid URL{why}; {example}") from None
         if urlsplit(url).username is not None or parsed.userinfo:
             raise ConfigError("url: must not carry credentials; use username and password")
         if not parsed.host or parsed.query or parsed.fragment or "?" in url or "#" in url:
-            raise ConfigError(f"url: {url!r} needs a host and no query or fragment; {example}")
+            raise ConfigError(f"url: {shown!r} needs a host and no query or fragment; {example}")
         self._url = url if url.endswith("/") else url + "/"
-        secrets: list[str] = []
+        secrets: list[str] = list(hidden)
         self._headers: dict[str, str] = {}
         if "username" in conf or "password" in conf:
             user, _ = expand_env("username", conf.get("username", ""), env)

@@ -21,8 +21,8 @@ the dispatcher classifies (rule 3 in docs/rules.md) and owns the one retry budge
   ``match`` a query only checks that one resource addressed in its path exists:
   allowed, reported as ``predicate = false`` (audit debt).
 
-Secrets: ``${VAR}`` values (headers, ``auth``) are read from the environment when the
-provider is built. They are sent and never returned: every detail, reason and piece
+Secrets: ``${VAR}`` values (``base_url``, headers, ``auth``) are read from the
+environment when the provider is built. They are sent and never returned: every detail, reason and piece
 of evidence this provider hands back passes through a ``Redactor`` that masks them.
 """
 
@@ -39,7 +39,7 @@ from urllib.parse import urlencode
 
 import httpx
 
-from ..checks import expand_env, has_control, number
+from ..checks import expand_env, expand_url, has_control, number
 from ..errors import ConfigError, UnknownProvider, UsageError
 from ..model import DEFAULT_CONSISTENCY_WINDOW, Tier, idempotency_key
 from . import _shape
@@ -280,6 +280,13 @@ class _Checker:
         if "path" not in conf:
             raise self.fail(f"{key}.path", 'missing; add path = "/things" (appended to base_url)')
         path = conf["path"]
+        if isinstance(path, str) and "${" in path:
+            raise self.fail(
+                f"{key}.path",
+                "a ${VAR} is read from the environment in base_url and in header values, "
+                "not in a path; put the part that comes from the environment in base_url, "
+                'e.g. base_url = "https://api.example.com/Accounts/${ACCOUNT_ID}"',
+            )
         if not isinstance(path, str) or not path.startswith("/"):
             raise self.fail(f"{key}.path", f'{path!r} must start with "/", e.g. path = "/things"')
         if "?" in path or "#" in path:
@@ -784,7 +791,9 @@ class HttpProvider(BaseProvider):
         c.table("", conf, PROVIDER_KEYS)
         if "base_url" not in conf:
             raise c.fail("base_url", 'missing; add base_url = "https://api.example.com"')
-        self._base = _base_url(conf["base_url"])
+        base, hidden = expand_url("base_url", conf["base_url"], env)
+        c.secrets += hidden
+        self._base = _base_url(base, shown=conf["base_url"])
         timeout = number("timeout", conf.get("timeout", DEFAULT_TIMEOUT), positive=True)
         self._headers = c.headers("headers", conf.get("headers", {}))
         if "auth" in conf:
@@ -1159,22 +1168,26 @@ class HttpProvider(BaseProvider):
         return show(req, self._redact)
 
 
-def _base_url(base: Any) -> str:
+def _base_url(base: Any, shown: Any = None) -> str:
+    """``base`` (its ``${VAR}``s already read) checked as httpx will parse it; messages
+    quote ``shown``, the configured text, never a value read from the environment."""
     fix = 'e.g. base_url = "https://api.example.com/v1"'
+    shown = base if shown is None else shown
     if not isinstance(base, str) or not base.startswith(("http://", "https://")):
-        raise ConfigError(f"base_url: {base!r} must be an http:// or https:// URL, {fix}")
+        raise ConfigError(f"base_url: {shown!r} must be an http:// or https:// URL, {fix}")
     try:
         url = httpx.URL(base)
         httpx.URL(base.rstrip("/") + "/x")
     except (httpx.InvalidURL, ValueError, TypeError) as exc:
-        raise ConfigError(f"base_url: {base!r} is not a valid URL ({exc}); {fix}") from None
+        why = f" ({exc})" if shown == base else ""
+        raise ConfigError(f"base_url: {shown!r} is not a valid URL{why}; {fix}") from None
     if url.userinfo:
         raise ConfigError(
             "base_url: must not carry credentials; send them with auth or in headers, e.g. "
             'headers = { Authorization = "Bearer ${TOKEN}" }'
         )
     if not url.host:
-        raise ConfigError(f"base_url: {base!r} names no host; {fix}")
+        raise ConfigError(f"base_url: {shown!r} names no host; {fix}")
     if url.query or url.fragment or "?" in base or "#" in base:
         raise ConfigError(
             "base_url: must not hold a query string or fragment; put query parameters in "

@@ -2,6 +2,8 @@
 
 - ``sqlite``: one file, WAL, ``synchronous=FULL`` — one host, the default.
 - ``postgres``: one database for many hosts and daemons (``postgresql://`` URLs).
+- ``query``: what a listing selects and sorts, and the aggregates of ``stats``, written
+  once for both; each backend supplies a small ``Dialect``.
 
 ``Ledger.open(location)`` picks the backend from the location. All SQL lives in
 this package; code above it speaks in operations (``record``, ``move``,
@@ -10,6 +12,6 @@ this package; code above it speaks in operations (``record``, ``move``,
 
 from __future__ import annotations
 
-from .base import DUE_STATUSES, DueBatch, Figures, Ledger, Move, Selection
+from .base import DUE_STATUSES, DueBatch, Figures, Ledger, Move, Selection, Stats
 
-__all__ = ["DUE_STATUSES", "DueBatch", "Figures", "Ledger", "Move", "Selection"]
+__all__ = ["DUE_STATUSES", "DueBatch", "Figures", "Ledger", "Move", "Selection", "Stats"]

@@ -35,6 +35,7 @@ from ..model import (
     Tier,
     check_transition,
 )
+from .query import SORT_FIELDS
 
 # Columns a move may set. Names never come from user input, and this set keeps it so.
 WRITABLE = frozenset(
@@ -107,17 +108,39 @@ class Move:
 
 @dataclass(frozen=True)
 class Selection:
-    """Which records a listing wants; every value is a bound parameter."""
+    """Which records a listing wants, in which order; every value is a bound parameter
+    (the SQL is ``storage.query``'s, the same on both backends).
+
+    ``match``: a case-insensitive substring of the reason, the contradiction or the
+    last event's detail (the provider's own words), searched for as text, never as a
+    pattern. ``sort``: one of ``query.SORT_FIELDS`` (``age``: youngest first); ties go
+    by creation time, then id; ``reverse`` flips the whole order (``newest_first`` is
+    the older name for ``reverse`` of the default). ``limit``: at most that many rows,
+    None for all of them; a negative limit is refused (``ValueError``), on every
+    backend, rather than read as "all" by one and "none" by another."""
 
     statuses: Sequence[str] | None = None
     provider: str | None = None
     operation: str | None = None
     created_before: str | None = None
+    created_after: str | None = None  # created at or after this time
     ids: Sequence[str] | None = None
     contradicted: bool = False  # only records whose terminal status later evidence contradicts
     also_contradicted: bool = False  # ``statuses``, and every contradicted record as well
+    delivery: Sequence[str] | None = None
+    match: str | None = None
+    sort: str = "created_at"
+    reverse: bool = False
     limit: int | None = None
     newest_first: bool = False
+
+    def __post_init__(self) -> None:
+        if self.limit is not None and (isinstance(self.limit, bool) or self.limit < 0):
+            raise ValueError(
+                f"limit must be a whole number >= 0, or None for all; got {self.limit!r}"
+            )
+        if self.sort not in SORT_FIELDS:
+            raise ValueError(f"cannot sort by {self.sort!r}; use one of {', '.join(SORT_FIELDS)}")
 
 
 @dataclass
@@ -194,6 +217,71 @@ class Figures:
         out = asdict(self)
         out["unresolved_rate"] = self.unresolved_rate
         return out
+
+
+@dataclass(frozen=True)
+class Ages:
+    """How long open records have waited since they were created, in seconds."""
+
+    n: int = 0
+    p50: float | None = None  # nearest rank
+    p95: float | None = None
+    oldest: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"n": self.n, "p50": self.p50, "p95": self.p95, "oldest": self.oldest}
+
+
+@dataclass(frozen=True)
+class StatsCell:
+    """How many selected records share a status, provider, operation and grouped
+    reason (``query.reason_group``); the oldest one's creation time and one of their
+    reasons as written."""
+
+    status: str
+    provider: str
+    operation: str
+    reason_group: str | None
+    count: int
+    oldest_created_at: str
+    example_reason: str | None
+
+
+@dataclass
+class Stats:
+    """What ``Ledger.stats`` counted, in one snapshot: the first screen of an incident."""
+
+    total: int = 0
+    checks_failing_now: int = 0  # see query.CHECKS_FAILING_NOW
+    cells: list[StatsCell] = field(default_factory=list)
+    ages: Ages = field(default_factory=Ages)  # every open record selected
+    ages_by: dict[str, Ages] = field(default_factory=dict)  # per group of ``by``
+
+
+def fold_stats(
+    totals: Sequence[Any], cells: Iterable[Sequence[Any]], ages: Iterable[Sequence[Any]],
+    ages_by: Iterable[Sequence[Any]] | None,
+) -> Stats:  # fmt: skip
+    """The aggregate statements' rows (``query.stats_statements``), the same on both
+    backends, as ``Stats``."""
+
+    def age(row: Sequence[Any]) -> Ages:
+        _key, n, p50, p95, oldest = row
+        return Ages(
+            int(n), *(None if v is None else round(float(v), 3) for v in (p50, p95, oldest))
+        )
+
+    out = Stats(total=int(totals[0]), checks_failing_now=int(totals[1] or 0))
+    out.cells = sorted(
+        (StatsCell(str(st), str(p), str(o), g, int(n), str(first), ex)
+         for st, p, o, g, n, first, ex in cells),
+        key=lambda c: (-c.count, c.status, c.provider, c.operation, c.reason_group or ""),
+    )  # fmt: skip
+    for row in ages:
+        out.ages = age(row)
+    for row in ages_by or ():
+        out.ages_by[str(row[0])] = age(row)
+    return out
 
 
 Expire = Callable[[ActionRecord], Move]
@@ -342,6 +430,15 @@ class Ledger(ABC):
         completion. Backends answer it with a range on the key."""
         found = sorted(r.action_id for r in self.records() if r.action_id.startswith(prefix))
         return found[:limit]
+
+    @abstractmethod
+    def stats(
+        self, selection: Selection | None = None, *, now: str, by: str | None = None
+    ) -> Stats:
+        """Counts of the selected records by status, provider, operation and grouped
+        reason, and the ages (as of ``now``) of the open ones, overall and per group of
+        ``by`` (one of ``query.GROUPS``): aggregates in SQL, one snapshot, no write.
+        The selection's order and limit play no part."""
 
     @abstractmethod
     def names(self) -> list[tuple[str, str]]:
@@ -662,6 +759,7 @@ __all__ = [
     "COLUMNS",
     "DUE_STATUSES",
     "WRITABLE",
+    "Ages",
     "CallbackFigures",
     "Decide",
     "DueBatch",
@@ -671,9 +769,12 @@ __all__ = [
     "Ledger",
     "Move",
     "Selection",
+    "Stats",
+    "StatsCell",
     "Sweep",
     "Taken",
     "callback_row",
+    "fold_stats",
     "from_row",
     "pending_from_row",
     "retry_pending_at",

@@ -56,7 +56,7 @@ from ..model import (
     PendingCallback,
     Status,
 )
-from . import postgres_schema
+from . import postgres_schema, query
 from .base import (
     CALLBACK_COLUMNS,
     COLUMNS,
@@ -69,10 +69,12 @@ from .base import (
     Ledger,
     Move,
     Selection,
+    Stats,
     Sweep,
     Taken,
     callback_row,
     event_detail_text,
+    fold_stats,
     from_row,
     pending_from_row,
     recorded_detail,
@@ -103,6 +105,30 @@ POOL_MAX = 8  # connections for threads that use one ledger at the same time
 _COLS = ", ".join(COLUMNS)
 _SELECT = f"SELECT {_COLS} FROM actions"
 _EVENT_COLS = "action_id, at, actor, kind, from_status, to_status, attempt, detail"
+
+
+def _reason_group(expr: str) -> str:
+    """``query.REASON_PATTERNS`` applied in order, as SQL literals (constants, never
+    input: a bound parameter would make each use a different expression to GROUP BY)."""
+    for pattern, replacement in query.REASON_PATTERNS:
+        assert "'" not in pattern + replacement
+        expr = f"regexp_replace({expr}, '{pattern}', '{replacement}', 'g')"
+    return expr
+
+
+DIALECT = query.Dialect(
+    mark="%s",
+    one_of=lambda column, values: (f"{column} = ANY(%s)", [list(values)]),
+    find="strpos({haystack}, {needle}) > 0",
+    lower=lambda expr: f"lower({expr})",
+    collate=' COLLATE "C"',  # code point order, whatever the database's collation
+    detail_of_last_event=(
+        "(SELECT e.detail::json ->> 'detail' FROM events e"
+        " WHERE e.action_id = actions.action_id ORDER BY e.id DESC LIMIT 1)"
+    ),
+    age_seconds="extract(epoch FROM (%s::timestamptz - created_at))",
+    reason_group=_reason_group,
+)
 
 log = logging.getLogger("settled.storage.postgres")
 # The pool logs failed background connects itself; the ledger reports them as errors.
@@ -324,12 +350,27 @@ class PostgresLedger(Ledger):
         if self._main_lock.acquire(blocking=False):
             try:
                 yield self._ready_main()
+            except BaseException as exc:
+                if not isinstance(exc, Exception):
+                    # Interrupted mid-command (Ctrl-C, or SIGTERM taken as Ctrl-C during
+                    # --wait): where the protocol stands is unknown, so the connection is
+                    # dropped (its open transaction rolls back) and the next use makes one.
+                    self._drop_main()
+                raise
             finally:
                 self._main_used = time.monotonic()
                 self._main_lock.release()
             return
         with self._overflow().connection() as conn:
             yield conn
+
+    def _drop_main(self) -> None:
+        conn, self._main = self._main, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: S110 - closing a connection left mid-command: nothing to keep
+                pass
 
     def _ready_main(self) -> Conn:
         conn = self._main
@@ -429,43 +470,27 @@ class PostgresLedger(Ledger):
             for r in rows
         ]  # fmt: skip
 
-    @staticmethod
-    def _where(sel: Selection) -> tuple[str, list[Any]]:
-        where: list[str] = []
-        args: list[Any] = []
-        if sel.statuses:
-            either = " OR contradiction IS NOT NULL" if sel.also_contradicted else ""
-            where.append(f"(status = ANY(%s){either})")
-            args.append([str(s) for s in sel.statuses])
-        if sel.provider:
-            where.append("provider = %s")
-            args.append(sel.provider)
-        if sel.operation:
-            where.append("operation = %s")
-            args.append(sel.operation)
-        if sel.created_before:
-            where.append("created_at < %s")
-            args.append(sel.created_before)
-        if sel.ids is not None:
-            where.append("action_id = ANY(%s)")
-            args.append(list(sel.ids))
-        if sel.contradicted:
-            where.append("contradiction IS NOT NULL")
-        return (" WHERE " + " AND ".join(where)) if where else "", args
-
     def records(self, selection: Selection | None = None) -> list[ActionRecord]:
         sel = selection or Selection()
-        where, args = self._where(sel)
-        order = " DESC" if sel.newest_first else ""
-        sql = f"{_SELECT}{where} ORDER BY created_at{order}, action_id{order}"
-        if sel.limit is not None:
-            sql += " LIMIT %s"
-            args.append(max(0, min(int(sel.limit), 2**63 - 1)))
-        return self._rows(sql, args)
+        w = query.where(sel, DIALECT)
+        cut, more = query.limit(sel, DIALECT)
+        return self._rows(f"{_SELECT}{w.sql}{query.order_by(sel, DIALECT)}{cut}", w.args + more)
 
     def count(self, selection: Selection | None = None) -> int:
-        where, args = self._where(selection or Selection())
-        return int(self._all(f"SELECT count(*) FROM actions{where}", args)[0][0])
+        w = query.where(selection or Selection(), DIALECT)
+        return int(self._all(f"SELECT count(*) FROM actions{w.sql}", w.args)[0][0])
+
+    def stats(
+        self, selection: Selection | None = None, *, now: str, by: str | None = None
+    ) -> Stats:
+        statements = query.stats_statements(selection or Selection(), DIALECT, now, by)
+        with self._tx("read the figures") as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            rows: dict[str, list[Any]] = {}
+            for key, (sql, args) in statements.items():
+                cur.execute(sql, args)
+                rows[key] = cur.fetchall()
+        return fold_stats(rows["totals"][0], rows["cells"], rows["ages"], rows.get("ages_by"))
 
     def ids(self, prefix: str = "", limit: int = 200) -> list[str]:
         # action_id is COLLATE "C": a range on the key is exactly "starts with"

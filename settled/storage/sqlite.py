@@ -38,6 +38,7 @@ from ..clock import Clock, SteadyClock, boot_id, from_text, steady, to_text, utc
 from ..crashpoints import Probe, no_probe
 from ..errors import LedgerBusy, LedgerError, LedgerFull, LedgerReadOnly
 from ..model import CALLBACK_NAMES, ActionRecord, Callback, Event, EventKind, PendingCallback
+from . import query
 from .base import (
     CALLBACK_COLUMNS,
     COLUMNS,
@@ -51,10 +52,12 @@ from .base import (
     Ledger,
     Move,
     Selection,
+    Stats,
     Sweep,
     Taken,
     callback_row,
     event_detail_text,
+    fold_stats,
     from_row,
     pending_from_row,
     recorded_detail,
@@ -69,6 +72,21 @@ SCHEMA_VERSION = 5  # == sqlite_schema.LATEST (checked by a test)
 DEFAULT_BUSY_TIMEOUT = 10.0
 HAS_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)  # UPDATE … RETURNING
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM actions"
+DIALECT = query.Dialect(
+    mark="?",
+    one_of=lambda column, values: (f"{column} IN ({', '.join('?' * len(values))})", list(values)),
+    find="instr({haystack}, {needle}) > 0",
+    # SQLite's lower() folds ASCII only; these functions are registered on every
+    # connection (``_setup``) so that both backends fold and group text alike.
+    lower=lambda expr: f"settled_lower({expr})",
+    collate="",  # binary: code point order for UTF-8 text
+    detail_of_last_event=(
+        "(SELECT json_extract(e.detail, '$.detail') FROM events e"
+        " WHERE e.action_id = actions.action_id ORDER BY e.id DESC LIMIT 1)"
+    ),
+    age_seconds="(julianday(?) - julianday(created_at)) * 86400.0",
+    reason_group=lambda expr: f"settled_reason_group({expr})",
+)
 
 T = TypeVar("T")
 
@@ -170,6 +188,8 @@ class SqliteLedger(Ledger):
 
     def _setup(self, *, new: bool) -> None:
         c = self.conn
+        c.create_function("settled_lower", 1, query.fold, deterministic=True)
+        c.create_function("settled_reason_group", 1, query.reason_group, deterministic=True)
         c.execute("PRAGMA busy_timeout = 0")  # the application retries, fairly and bounded
         if new or self._read_one("PRAGMA journal_mode")[0] != "wal":
             self._retry(lambda: c.execute("PRAGMA journal_mode = WAL"))
@@ -275,45 +295,34 @@ class SqliteLedger(Ledger):
             for r in rows
         ]  # fmt: skip
 
-    @staticmethod
-    def _where(sel: Selection) -> tuple[str, list[Any]]:
-        where: list[str] = []
-        args: list[Any] = []
-        if sel.statuses:
-            marks = ", ".join("?" * len(sel.statuses))
-            either = " OR contradiction IS NOT NULL" if sel.also_contradicted else ""
-            where.append(f"(status IN ({marks}){either})")
-            args.extend(str(s) for s in sel.statuses)
-        if sel.provider:
-            where.append("provider = ?")
-            args.append(sel.provider)
-        if sel.operation:
-            where.append("operation = ?")
-            args.append(sel.operation)
-        if sel.created_before:
-            where.append("created_at < ?")
-            args.append(sel.created_before)
-        if sel.ids is not None:
-            where.append(f"action_id IN ({', '.join('?' * len(sel.ids))})")
-            args.extend(sel.ids)
-        if sel.contradicted:
-            where.append("contradiction IS NOT NULL")
-        return (" WHERE " + " AND ".join(where)) if where else "", args
-
     def records(self, selection: Selection | None = None) -> list[ActionRecord]:
         sel = selection or Selection()
-        where, args = self._where(sel)
-        order = " DESC" if sel.newest_first else ""
-        sql = f"{_SELECT}{where} ORDER BY created_at{order}, action_id{order}"
-        if sel.limit is not None:
-            sql += " LIMIT ?"
-            args.append(min(int(sel.limit), 2**63 - 1))
-        return self._rows(sql, args)
+        w = query.where(sel, DIALECT)
+        cut, more = query.limit(sel, DIALECT)
+        return self._rows(f"{_SELECT}{w.sql}{query.order_by(sel, DIALECT)}{cut}", w.args + more)
 
     def count(self, selection: Selection | None = None) -> int:
-        where, args = self._where(selection or Selection())
+        w = query.where(selection or Selection(), DIALECT)
         with self._mapped("read"):
-            return int(self._read_one(f"SELECT count(*) FROM actions{where}", args)[0])
+            return int(self._read_one(f"SELECT count(*) FROM actions{w.sql}", w.args)[0])
+
+    def stats(
+        self, selection: Selection | None = None, *, now: str, by: str | None = None
+    ) -> Stats:
+        statements = query.stats_statements(selection or Selection(), DIALECT, now, by)
+
+        def run() -> Stats:
+            c = self.conn
+            c.execute("BEGIN")  # one snapshot for every figure (a read transaction)
+            try:
+                rows = {k: c.execute(sql, args).fetchall() for k, (sql, args) in statements.items()}
+            finally:
+                if c.in_transaction:
+                    c.execute("COMMIT")
+            return fold_stats(rows["totals"][0], rows["cells"], rows["ages"], rows.get("ages_by"))
+
+        with self._mapped("read the figures"):
+            return self._retry(run)
 
     def ids(self, prefix: str = "", limit: int = 200) -> list[str]:
         rows = self._read_all(

@@ -1,0 +1,221 @@
+"""Choosing the records a command acts on, for every command that acts on many: ids as
+arguments, ids on stdin (``-``), or selectors; then, for a command that changes state,
+a preview of what it would do to each and the question before it does anything.
+
+    ids = read_ids(action_ids)                      # "-" → the lines of stdin
+    sel = Selectors(provider, operation, status, older_than)
+    targets = plan(ledger, ids, sel, now, why_not)  # each record, and why it is left alone
+    preview(targets, title, becomes, now)           # a table on a terminal, TSV on a pipe
+    if todo and not yes and not confirm(len(todo), ...): ...
+
+The rules, the same for ``resolve`` and ``reconcile`` (and any command that adopts it):
+
+- Ids on stdin come one a line; a line cut from ``queue -o tsv`` (or the whole line) is
+  read up to its first TAB, and the header line of that TSV (its first field is
+  ``action``) is skipped, never read as an id. Blank lines are ignored, repeats dropped.
+- Named ids (as arguments or on stdin) are the only candidates: selectors given with
+  them only narrow them (a named record they do not select is skipped, and says so).
+  Ids read from an empty stdin select nothing, never "everything".
+- Without ids, the selectors select: ``--status`` (default: the command's; a comma
+  list, or ``all``), ``--provider``, ``--operation``, ``--older-than`` (creation time).
+  An unknown provider or operation name is an error listing the real ones.
+- A command that changes state by selectors, or by ids from stdin, asks on a
+  terminal; without one it refuses unless ``--yes`` (nobody would be asked).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+STDIN = "-"
+ID_HEAD = "action"  # the id column's name in `settled queue -o tsv`
+MAX_STDIN = 16 * 1024 * 1024  # bytes of ids read from stdin
+
+
+@dataclass(frozen=True)
+class Ids:
+    """The ids a command was given, in order, without repeats."""
+
+    ids: list[str]
+    from_stdin: bool  # ``-`` was among the arguments (even if stdin held no id)
+
+    @property
+    def given(self) -> bool:
+        return bool(self.ids) or self.from_stdin
+
+
+@dataclass(frozen=True)
+class Selectors:
+    provider: str | None = None
+    operation: str | None = None
+    status: str | None = None
+    older_than: str | None = None
+
+    @property
+    def given(self) -> bool:
+        return any(v is not None for v in (self.provider, self.operation, self.status,
+                                           self.older_than))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Target:
+    """One named or selected action: its record (None when not found) and why the
+    command leaves it alone ("" when it acts on it)."""
+
+    action_id: str
+    record: Any
+    skip: str = ""
+
+
+def ids_from_lines(lines: Sequence[str]) -> list[str]:
+    """The ids in lines of text (see the module's rules), unchecked."""
+    out: list[str] = []
+    first = True
+    for raw in lines:
+        line = raw.strip()
+        if not line:
+            continue
+        field = line.split("\t", 1)[0].strip()
+        if first and field == ID_HEAD:
+            first = False
+            continue  # the header of `settled queue -o tsv`
+        first = False
+        if field:
+            out.append(field)
+    return out
+
+
+def read_ids(args: Sequence[str] | None, stdin: Any = None) -> Ids:
+    """The ids given, with ``-`` replaced by the ids on stdin; each checked as an
+    action id (one bad line is an error, exit 1, before anything is done)."""
+    from .actions import check_id
+
+    out: list[str] = []
+    from_stdin = False
+    for a in args or ():
+        if a != STDIN:
+            out.append(a)
+        elif not from_stdin:
+            from_stdin = True
+            stream = stdin if stdin is not None else sys.stdin
+            out += ids_from_lines(stream.read(MAX_STDIN).splitlines())
+    for a in out:
+        check_id(a)
+    return Ids(list(dict.fromkeys(out)), from_stdin)
+
+
+def selection(ledger: Any, selectors: Selectors, now: datetime, default: Sequence[str]) -> Any:
+    """The ``Selection`` the selectors make (``default`` statuses without --status),
+    after checking the names they use."""
+    from ..clock import plus, to_text
+    from ..storage.base import Selection
+    from .common import check_filters, parse_duration
+    from .listing import parse_statuses
+
+    check_filters(ledger, selectors.provider, selectors.operation)
+    statuses = parse_statuses(selectors.status) if selectors.status else list(default)
+    before = None
+    if selectors.older_than is not None:
+        before = to_text(plus(now, -parse_duration(selectors.older_than)))
+    return Selection(statuses=statuses, provider=selectors.provider,
+                     operation=selectors.operation, created_before=before)  # fmt: skip
+
+
+def plan(
+    ledger: Any,
+    ids: Ids,
+    selectors: Selectors,
+    now: datetime,
+    why_not: Callable[[Any], str],
+    *,
+    default: Sequence[str],
+    limit: int | None = None,
+) -> list[Target]:
+    """Each named or selected action, with ``why_not(record)`` ("" when the command
+    acts on it). Named ids come in the order given; a selection comes oldest first,
+    at most ``limit`` of it."""
+    from dataclasses import replace
+
+    sel = selection(ledger, selectors, now, default)
+    if not ids.given:
+        rows = ledger.records(replace(sel, limit=limit))
+        return [Target(r.action_id, r, why_not(r)) for r in rows]
+    wanted: set[str] | None = None
+    if selectors.given:  # in slices: a statement binds a bounded number of values
+        wanted = set()
+        for i in range(0, len(ids.ids), 500):
+            wanted |= {r.action_id for r in ledger.records(replace(sel, ids=ids.ids[i : i + 500]))}
+    out: list[Target] = []
+    for a in ids.ids:
+        rec = ledger.find(a)
+        if rec is None:
+            out.append(Target(a, None, "not found"))
+        elif wanted is not None and a not in wanted:
+            out.append(Target(a, rec, "not selected by the filters"))
+        else:
+            out.append(Target(a, rec, why_not(rec)))
+    return out
+
+
+def preview(
+    targets: Sequence[Target],
+    *,
+    title: str,
+    becomes: Callable[[Target], str],
+    now: datetime,
+    err: bool = False,
+) -> None:
+    """What the command would do to each target: a table on a terminal, TSV on a pipe
+    (on stderr with ``err``, when stdout carries JSON)."""
+    from .common import one_line
+    from .render import Col, ago, is_tty, listing
+
+    stream = sys.stderr if err else sys.stdout
+
+    def cell(t: Target, what: Callable[[Any], str]) -> str:
+        return what(t.record) if t.record is not None else "-"
+
+    cols = [
+        Col(ID_HEAD, lambda t: t.action_id),
+        Col("status", lambda t: cell(t, lambda r: str(r.status)), give_way=3),
+        Col("age", lambda t: cell(t, lambda r: ago(r.created_at, now)), give_way=1, right=True),
+        Col("operation", lambda t: cell(t, lambda r: f"{r.provider}/{r.operation}"), give_way=2),
+        Col("becomes", lambda t: becomes(t) if not t.skip else "(skipped)"),
+        Col("why", lambda t: t.skip or one_line(cell(t, lambda r: r.reason or "")), flex=True),
+    ]
+    listing(cols, targets, "table" if is_tty(stream) else "tsv", title=title, err=err)
+
+
+def confirm(n: int, *, question: str, doing: str, asked: bool) -> bool:
+    """True once a person at the terminal said yes. With ids on stdin (``asked``
+    false) or no terminal, nobody can be asked: refused (exit 1), never assumed."""
+    import click
+
+    from ..errors import UsageError
+    from .render import is_tty
+
+    if not asked or not is_tty(sys.stdin):
+        raise UsageError(
+            f"refusing to {doing} {n} action(s) without --yes: there is no terminal "
+            "to ask (review with --dry-run, then add --yes)"
+        )
+    return bool(click.confirm(question, default=False, err=True))
+
+
+__all__ = [
+    "ID_HEAD",
+    "STDIN",
+    "Ids",
+    "Selectors",
+    "Target",
+    "confirm",
+    "ids_from_lines",
+    "plan",
+    "preview",
+    "read_ids",
+    "selection",
+]
