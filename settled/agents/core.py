@@ -516,16 +516,13 @@ class Toolbox:
         return result_for(report.record, notes.get(report.outcome, ""))
 
     def question(self, op: Operation, action_id: str) -> str:
-        """What a person is asked before a recorded action is sent."""
+        """What a person is asked before a recorded action is sent: the params as
+        recorded (what will be sent), every character that is invisible or reorders
+        text (control, bidi, zero-width, C1) written as its escape, and a note saying
+        so; a person must read what is sent, not what it makes a screen show."""
         with self.session() as s:
             rec = _get(s.ledger(), check_action_id(action_id))
-        shown = dumps(rec.params)
-        if len(shown) > 600:
-            shown = shown[:600] + "…"
-        what = f"{op.provider}.{op.operation}"
-        if op.title != what:
-            what = f"{op.title} ({what})"
-        return f"Send {what} once, as action {action_id}? Params: {shown}"
+        return question_text(op, rec.action_id, rec.params)
 
     def settle(self, action_id: str, timeout: float) -> ToolResult:
         """Run verification in this process (``settled.wait``) until the action is
@@ -605,6 +602,63 @@ def dumps(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, sort_keys=True, default=str)
 
 
+QUESTION_PARAMS = 600  # characters of params a question shows
+HIDDEN_NOTE = "(contains hidden control characters, shown escaped)"
+
+
+def question_text(op: Operation, action_id: str, params: Any) -> str:
+    """``Send {what} once, as action {id}? Params: {json}``, safe to show a person."""
+    what = f"{op.provider}.{op.operation}"
+    if op.title != what:
+        what = f"{op.title} ({what})"
+    shown = visible(dumps(params))
+    if len(shown) > QUESTION_PARAMS:
+        cut = re.sub(r"\\(u[0-9a-fA-F]{0,3})?$", "", shown[:QUESTION_PARAMS])
+        shown = f"{cut}… ({len(shown) - len(cut)} more characters not shown)"
+    texts = [what, action_id, *_strings(params)]
+    note = f" {HIDDEN_NOTE}" if any(hidden(t) for t in texts) else ""
+    return f"Send {visible(what)} once, as action {visible(action_id)}? Params: {shown}{note}"
+
+
+def hidden(text: str) -> bool:
+    """Whether ``text`` holds a character a person cannot see as itself: a control
+    character (C0, DEL, C1), a bidi override or isolate, a zero-width or other format
+    character, a line or paragraph separator."""
+    return any(not ch.isprintable() and ch != " " for ch in text)
+
+
+def visible(text: str) -> str:
+    """``text`` with every hidden character written as a JSON escape (``\\u202e``;
+    surrogate pairs beyond the BMP), so JSON text keeps its value and no character
+    reorders or hides what is around it."""
+    if not hidden(text):
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable() or ch == " ":
+            out.append(ch)
+            continue
+        code = ord(ch)
+        if code > 0xFFFF:
+            code -= 0x10000
+            out.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+        else:
+            out.append(f"\\u{code:04x}")
+    return "".join(out)
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            yield str(k)
+            yield from _strings(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _strings(v)
+
+
 __all__ = [
     "CHECK_ACTION",
     "LIST_UNRESOLVED",
@@ -619,8 +673,11 @@ __all__ = [
     "check_action_id",
     "check_arguments",
     "check_params",
+    "hidden",
     "needs_confirmation",
     "one_line",
+    "question_text",
     "result_for",
     "tool_name",
+    "visible",
 ]

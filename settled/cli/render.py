@@ -41,6 +41,16 @@ def term(value: object, limit: int | None = MAX_SHOWN) -> str:
     return s
 
 
+def hidden(value: object) -> bool:
+    """Whether ``term`` would write out any character of ``value`` (a control, bidi or
+    other invisible format character): what a person is shown then needs saying."""
+    s = "" if value is None else str(value)
+    return not s.isprintable() and any(not (ch.isprintable() or _is_space(ch)) for ch in s)
+
+
+HIDDEN_NOTE = "(contains hidden control characters, shown escaped)"
+
+
 def _is_space(ch: str) -> bool:
     return unicodedata.category(ch) == "Zs"
 
@@ -401,6 +411,7 @@ __all__ = [
     "default_format",
     "emit_tsv",
     "fit",
+    "hidden",
     "is_tty",
     "iso",
     "listing",

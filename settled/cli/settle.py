@@ -18,7 +18,7 @@ from .common import (
     next_step,
     one_line,
 )
-from .render import Col, ago, console, is_tty, status_text, term, text
+from .render import HIDDEN_NOTE, Col, ago, console, hidden, is_tty, status_text, term, text
 
 RECONCILE_HELP = """Settle records by querying the provider for the real effect.
 
@@ -190,7 +190,8 @@ def _resolvable(rec: Any, applied: bool, now: Any) -> str:
     return f"{rec.status}: resolve applies to unresolved actions only"
 
 
-def _preview(plan: list[tuple[str, Any, str]], applied: bool, now: Any) -> None:
+def _preview(plan: list[tuple[str, Any, str]], applied: bool, now: Any) -> bool:
+    """Show what would be settled; whether it wrote out hidden characters."""
     from .render import listing
 
     verdict = "CONFIRMED" if applied else "FAILED"
@@ -206,13 +207,28 @@ def _preview(plan: list[tuple[str, Any, str]], applied: bool, now: Any) -> None:
     ]
     n = sum(1 for p in plan if not p[2])
     title = f"resolve --{'applied' if applied else 'not-applied'}: {n} of {len(plan)} action(s)"
-    listing(cols, plan, "table" if is_tty() else "tsv", title=title)
+    note = _has_hidden(cols, plan)
+    fmt = "table" if is_tty() else "tsv"
+    if note:
+        title += f" {HIDDEN_NOTE}"
+        if fmt == "tsv":  # lines without a title: the note goes with the messages
+            console(stderr=True).print(text(f"settled: the preview {HIDDEN_NOTE[1:-1]}"))
+    listing(cols, plan, fmt, title=title)
+    return note
 
 
-def _ask(n: int) -> bool:
+def _has_hidden(cols: list[Col], plan: Plan) -> bool:
+    """Whether any value the preview shows holds a character it writes out escaped."""
+    return any(hidden(c.cell(p)) for p in plan for c in cols)
+
+
+def _ask(n: int, note: bool = False) -> bool:
     import click
 
-    return click.confirm(f"Record this verdict for {n} action(s)?", default=False, err=True)
+    question = f"Record this verdict for {n} action(s)?"
+    if note:  # the person answers about what the preview showed: say what it escaped
+        question += f" {HIDDEN_NOTE}"
+    return click.confirm(question, default=False, err=True)
 
 
 def reconcile(
@@ -349,12 +365,11 @@ def resolve(
     if as_json and dry_run:
         emit_json([_plan_json(p, applied, False) for p in plan])
         raise typer.Exit(0)
-    if not as_json:
-        _preview(plan, applied, now)
+    note = _preview(plan, applied, now) if not as_json else False
     if dry_run:
         console(stderr=True).print(text(f"--dry-run: nothing recorded ({len(todo)} would be)"))
         raise typer.Exit(0)
-    if todo and not yes and not _confirmed(len(todo), asked=not from_stdin):
+    if todo and not yes and not _confirmed(len(todo), asked=not from_stdin, note=note):
         console(stderr=True).print(text("nothing recorded"))
         raise typer.Exit(0)
     code, done = _record(ledger, plan, verdict, bar=not as_json and len(todo) > 1)
@@ -390,7 +405,7 @@ def _verdict(
             "object_id": object_id}  # fmt: skip
 
 
-def _confirmed(n: int, *, asked: bool) -> bool:
+def _confirmed(n: int, *, asked: bool, note: bool = False) -> bool:
     """A selection is settled only after a yes on a terminal (or --yes); with ids on
     stdin or no terminal there is nobody to ask, so it is refused, not assumed."""
     from ..errors import UsageError
@@ -400,7 +415,7 @@ def _confirmed(n: int, *, asked: bool) -> bool:
             f"refusing to settle {n} action(s) without --yes: there is no terminal "
             "to ask (review with --dry-run, then add --yes)"
         )
-    return _ask(n)
+    return _ask(n, note)
 
 
 def retry(
