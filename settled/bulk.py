@@ -421,8 +421,13 @@ class BulkDispatch:
         for x, ok in zip(done, held, strict=True):
             assert x.attempt is not None and x.move is not None
             written = moved(x.item.record, x.move) if ok else None
-            yield Settled(x.item.line, x.item.record.action_id,
-                          d._finish(x.attempt, x.move, written))  # fmt: skip
+            rec = x.item.record
+            try:
+                report = d._finish(x.attempt, x.move, written)
+            except LedgerError as exc:  # a late reply's note could not be written
+                lost = d._not_recorded(x.attempt, x.move, exc)
+                report = Report(Outcome.DISPATCHED, rec, None, str(lost))
+            yield Settled(x.item.line, rec.action_id, report)
 
 
 _ENUMS: dict[str, Callable[[Any], Any]] = {

@@ -23,12 +23,12 @@ import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from ..clock import from_text
-from ..errors import ConfigError, Conflict, NotFound, UsageError
+from ..errors import ConfigError, Conflict, LedgerError, NotFound, OutcomeNotRecorded, UsageError
 from ..model import MAX_ACTION_ID, ActionRecord, Status, Tier
 from ..model import check_action_id as model_check_action_id
 from ..session import Session
@@ -490,6 +490,9 @@ class Toolbox:
                     f"action_id {aid!r} is already used with different params; nothing was "
                     "sent. Use a new action_id only for a different action"
                 ) from None
+            except OutcomeNotRecorded as exc:  # sent: the answer is the record's
+                held = _as_it_stands(s, exc)
+                return Submitted(unrecorded_result(held, exc), held, False)
         rec = report.record
         assert rec is not None  # submit always returns the record it made or found
         # A new action was dispatched or recorded; any other outcome found an existing one.
@@ -504,7 +507,10 @@ class Toolbox:
 
         aid = check_action_id(action_id)
         with self.session() as s:
-            report = s.dispatcher(by or f"{self.actor}-confirmation").confirm(aid)
+            try:
+                report = s.dispatcher(by or f"{self.actor}-confirmation").confirm(aid)
+            except OutcomeNotRecorded as exc:  # sent: the answer is the record's
+                return unrecorded_result(_as_it_stands(s, exc), exc, "confirmed and sent once")
         if report.record is None:
             raise NotFound(f"no action {aid!r}")
         notes = {
@@ -532,6 +538,16 @@ class Toolbox:
         with self.session() as s:
             rec = wait_for(s.reconciler(actor=f"{self.actor}-wait"), action_id, timeout)
         return result_for(rec)
+
+    def settle_after(self, result: ToolResult, timeout: float) -> ToolResult:
+        """``settle`` after a call that sent: a ledger that cannot be read or written
+        now leaves ``result`` as it was (the daemon verifies later), never an error
+        that would read as "not sent"."""
+        try:
+            return self.settle(result.action_id, timeout)
+        except LedgerError as exc:
+            why = one_line(str(exc).split("; ")[0])
+            return replace(result, text=f"{result.text}; waiting stopped: {why}")
 
     def unconfirmed(self, action_id: str, why: str) -> ToolResult:
         """The record as it stands after a person did not approve it."""
@@ -576,6 +592,47 @@ class Toolbox:
         data["agent_status"] = agent_status(rec)
         data["events"] = [e.to_json() for e in events]
         return data
+
+
+def unrecorded_result(rec: ActionRecord, exc: OutcomeNotRecorded, note: str = "") -> ToolResult:
+    """The result of a call whose request left but whose outcome could not be written:
+    the record's, never "refused, nothing sent". The record stays IN_FLIGHT until its
+    lease lapses; then reconciliation settles it (``accepted``: call check_action
+    after ``next_check_at``), or, where no query can, a person (``uncertain``)."""
+    cause = str(exc).split(": ", 1)[-1]  # without the leading "action ID: "
+    if rec.status is not Status.IN_FLIGHT:  # another caller or a late write moved it on
+        return result_for(rec, note)
+    automatic = rec.declared is not None and rec.declared.queryable
+    automatic = automatic and not rec.requires_manual_verification
+    when = rec.lease_expires_at
+    if automatic:
+        status = "accepted"
+        tail = f"call check_action after {when}" if when else "call check_action later"
+    else:
+        status = "uncertain"
+        tail = (
+            "nothing can observe the effect: a person or new evidence must settle it; "
+            "do not resend under a new action_id"
+        )
+    reason = one_line(cause)
+    text = one_line(
+        f"{status}: {rec.provider}.{rec.operation} {rec.action_id} — "
+        + (f"{note}; " if note else "")
+        + f"{reason}; {tail}"
+    )
+    return ToolResult(rec.action_id, status, str(rec.status), reason, when, text)
+
+
+def _as_it_stands(s: Session, exc: OutcomeNotRecorded) -> ActionRecord:
+    """The record now, when the ledger can still be read; else as it was claimed."""
+    try:
+        found: ActionRecord | None = s.ledger().find(exc.action_id)
+    except LedgerError:
+        found = None
+    rec = found or exc.record
+    if rec is None:
+        raise exc
+    return rec
 
 
 def _get(ledger: Any, action_id: str) -> ActionRecord:
