@@ -16,7 +16,7 @@ and the consistency window are over.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -179,18 +179,21 @@ class Dispatcher:
         concurrency: int = 1,
         group: int | None = None,
         gate: Gate | None = None,
+        stop_requested: Callable[[], bool] | None = None,
     ) -> Iterator[Settled]:
         """Bulk dispatch (``settled.bulk``): record and claim ``lines`` in groups, each
         group committed before any of its requests leaves; send them from
         ``concurrency`` threads (at most ``gate``'s limit in flight to the provider);
         commit their outcomes in groups. Yields one ``Settled`` per line, each after
         the commit that made it durable. The lines are read as the work goes, never
-        all at once; an unknown provider or operation raises before anything."""
+        all at once; an unknown provider or operation raises before anything. Once
+        ``stop_requested()`` is true no further line is read or started; what was
+        claimed is still reported (``FAILED``, never sent, when it never started)."""
         from .bulk import DEFAULT_GROUP, BulkDispatch
 
         bulk = BulkDispatch(self, provider, operation, concurrency=concurrency,
                             group=group or self.settings.group or DEFAULT_GROUP,
-                            gate=gate)  # fmt: skip
+                            gate=gate, stop_requested=stop_requested)  # fmt: skip
         return bulk.run(lines)
 
     def confirm(self, action_id: str) -> Report:
