@@ -283,6 +283,9 @@ def check_params(op: Operation, params: Any) -> dict[str, Any]:
         params = {}
     if not isinstance(params, dict):
         raise UsageError(f"params must be a JSON object, got {type(params).__name__}")
+    from ..dispatch import check_params_json
+
+    check_params_json(params)  # strict JSON (no lone surrogate, NaN) and not too deep
     schema = op.params_schema
     if schema:
         try:
@@ -300,7 +303,10 @@ def check_params(op: Operation, params: Any) -> dict[str, Any]:
                 f"providers.{op.provider}.operations.{op.operation}: params_schema is not a "
                 f"valid JSON schema: {one_line(exc.message)[:300]}"
             ) from None
-        error = exceptions.best_match(cls(schema).iter_errors(params))
+        try:
+            error = exceptions.best_match(cls(schema).iter_errors(params))
+        except RecursionError:
+            raise UsageError("params are nested too deeply to check against their schema") from None
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path)
             at = f" (at params/{where})" if where else ""

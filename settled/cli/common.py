@@ -263,8 +263,11 @@ SECRET_KEY = (
 
 def redact_params(params: Any, secrets: list[str] | None = None) -> Any:
     """Params for a human view: values under secret-looking keys, and any value of a
-    ``${VAR}`` the config references, shown as ``***``."""
-    known = [s for s in (secrets or []) if len(s) >= 4]
+    ``${VAR}`` the config references (in any spelling, as the providers' redactor
+    finds it), shown as ``***``."""
+    from ..providers._redact import Redactor
+
+    scrub = Redactor([s for s in (secrets or []) if len(s) >= 4])
 
     def walk(v: Any, key: str = "") -> Any:
         if key and any(k in key.lower().replace("-", "_") for k in SECRET_KEY):
@@ -273,9 +276,8 @@ def redact_params(params: Any, secrets: list[str] | None = None) -> Any:
             return {k: walk(x, str(k)) for k, x in v.items()}
         if isinstance(v, list):
             return [walk(x) for x in v]
-        if isinstance(v, str):
-            for s in known:
-                v = v.replace(s, "***")
+        if isinstance(v, str) and scrub:
+            return scrub(v)
         return v
 
     return walk(params)
