@@ -114,7 +114,7 @@ class InteractiveShell:
     key as a person would. ``ready()`` waits until a command typed after everything
     before it has run (a marker only its output shows)."""
 
-    def __init__(self, shell: str, cwd: Path, env: dict[str, str], timeout: float = 60) -> None:
+    def __init__(self, shell: str, cwd: Path, env: dict[str, str], timeout: float = 180) -> None:
         self.shell = shell
         self.timeout = timeout
         self.base = ["tmux", "-L", f"settled-sh-{uuid.uuid4().hex[:8]}"]
