@@ -167,7 +167,7 @@ class _Done:
 class BulkDispatch:
     """One bulk run of ``provider.operation`` through ``dispatcher``."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (submit_many's options, passed through)
         self,
         dispatcher: Dispatcher,
         provider: str,
@@ -177,6 +177,7 @@ class BulkDispatch:
         group: int = DEFAULT_GROUP,
         gate: Gate | None = None,
         flush_after: float = DEFAULT_FLUSH_AFTER,
+        stop_requested: Callable[[], bool] | None = None,
     ) -> None:
         if concurrency < 1 or group < 1:
             raise InvalidInput("concurrency and group size must be at least 1")
@@ -196,6 +197,7 @@ class BulkDispatch:
         self._inflight = 0
         self._queued: list[tuple[_Claimed, Future[None]]] = []  # handed to the pool
         self._stopping = False
+        self._stop_requested = stop_requested or (lambda: False)
         # In this thread (concurrency 1) the next group waits for the last one's outcomes;
         # with a pool, it is claimed as soon as no request waits in the pool's queue.
         self._refill = 1 if concurrency == 1 else concurrency + 1
@@ -214,6 +216,8 @@ class BulkDispatch:
         failure: BaseException | None = None
         try:
             while True:
+                if not self._stopping and self._stop_requested():
+                    self._stopping = True  # read and start nothing more; report the rest
                 if finished and (
                     len(finished) >= self.group
                     or self._inflight == 0
@@ -281,6 +285,8 @@ class BulkDispatch:
         """An operation that declares it needs confirmation: each line is recorded
         (``PENDING``), never sent, exactly as a single dispatch would record it."""
         for line in lines:
+            if self._stop_requested():
+                return
             if line.problem or line.action_id is None:
                 yield Settled(line.number, line.action_id, problem=line.problem or "no action_id")
                 continue
@@ -421,8 +427,13 @@ class BulkDispatch:
         for x, ok in zip(done, held, strict=True):
             assert x.attempt is not None and x.move is not None
             written = moved(x.item.record, x.move) if ok else None
-            yield Settled(x.item.line, x.item.record.action_id,
-                          d._finish(x.attempt, x.move, written))  # fmt: skip
+            rec = x.item.record
+            try:
+                report = d._finish(x.attempt, x.move, written)
+            except LedgerError as exc:  # a late reply's note could not be written
+                lost = d._not_recorded(x.attempt, x.move, exc)
+                report = Report(Outcome.DISPATCHED, rec, None, str(lost))
+            yield Settled(x.item.line, rec.action_id, report)
 
 
 _ENUMS: dict[str, Callable[[Any], Any]] = {

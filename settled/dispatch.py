@@ -16,7 +16,7 @@ and the consistency window are over.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -182,18 +182,21 @@ class Dispatcher:
         concurrency: int = 1,
         group: int | None = None,
         gate: Gate | None = None,
+        stop_requested: Callable[[], bool] | None = None,
     ) -> Iterator[Settled]:
         """Bulk dispatch (``settled.bulk``): record and claim ``lines`` in groups, each
         group committed before any of its requests leaves; send them from
         ``concurrency`` threads (at most ``gate``'s limit in flight to the provider);
         commit their outcomes in groups. Yields one ``Settled`` per line, each after
         the commit that made it durable. The lines are read as the work goes, never
-        all at once; an unknown provider or operation raises before anything."""
+        all at once; an unknown provider or operation raises before anything. Once
+        ``stop_requested()`` is true no further line is read or started; what was
+        claimed is still reported (``FAILED``, never sent, when it never started)."""
         from .bulk import DEFAULT_GROUP, BulkDispatch
 
         bulk = BulkDispatch(self, provider, operation, concurrency=concurrency,
                             group=group or self.settings.group or DEFAULT_GROUP,
-                            gate=gate)  # fmt: skip
+                            gate=gate, stop_requested=stop_requested)  # fmt: skip
         return bulk.run(lines)
 
     def confirm(self, action_id: str) -> Report:
@@ -297,7 +300,10 @@ class Dispatcher:
         """Send a claimed action within the one retry budget; write its outcome."""
         sent = self._attempt(claimed, declared, provider, taken)
         move = self._outcome_move(sent)
-        return self._finish(sent, move, self._write_outcome(claimed, move, taken))
+        try:
+            return self._finish(sent, move, self.ledger.move(move))
+        except LedgerError as exc:
+            raise self._not_recorded(sent, move, exc) from None
 
     def _attempt(
         self,
@@ -372,13 +378,17 @@ class Dispatcher:
 
     def _finish(self, sent: Attempt, move: Move, written: ActionRecord | None) -> Report:
         """The report of an attempt whose outcome ``move`` was written (``written``), or
-        whose guard failed (None: the lease lapsed and the record moved on)."""
+        whose guard failed (None: the lease lapsed and the record moved on). A
+        ``LedgerError`` here is the caller's to turn into ``_not_recorded``."""
         final = written
         if final is None:
             now = from_text(move.at) or self.clock.now()
             final = self._late(sent.claimed, move, sent.verdict, sent.late_send, now)
         elif sent.verdict is Verdict.CONFLICT and final.status is Status.AWAITING_VERIFICATION:
-            final = self._verify_now(final)
+            try:
+                final = self._verify_now(final)
+            except LedgerError:
+                pass  # the outcome is recorded; the check runs at its scheduled time
         final = self._kept_callbacks(final)
         reason = str(move.detail.get("reason", ""))
         return Report(Outcome.DISPATCHED, final, RESULT_BY_STATUS.get(final.status), reason)
@@ -400,21 +410,22 @@ class Dispatcher:
     def _lease_left(self, taken: policy.Claim) -> float:
         return (taken.lease_until - self.clock.now()).total_seconds()
 
-    def _write_outcome(
-        self, claimed: ActionRecord, move: Move, taken: policy.Claim
-    ) -> ActionRecord | None:
-        try:
-            return self.ledger.move(move)
-        except LedgerError as exc:
-            # The request has left: "nothing was changed" would be false here.
-            cause = str(exc).split("; ")[0]  # what failed, not what it meant for its caller
-            raise OutcomeNotRecorded(
-                f"action {claimed.action_id}: the request was sent, but its outcome could not "
-                f"be recorded ({cause}); it stays IN_FLIGHT until its lease lapses at "
-                f"{move.values.get('lease_expires_at') or taken.move.values['lease_expires_at']},"
-                " then reconciliation settles it",
-                claimed.action_id,
-            ) from None
+    def _not_recorded(self, sent: Attempt, move: Move, exc: LedgerError) -> OutcomeNotRecorded:
+        """What a ledger failure after the claim means: "nothing was changed" would be
+        false once a request may have left, so the record's status is the answer."""
+        claimed = sent.claimed
+        cause = str(exc).split("; ")[0]  # what failed, not what it meant for its caller
+        lease = claimed.lease_expires_at or move.values.get("lease_expires_at")
+        left = bool(sent.verdicts)  # a try started: the request left (or may have)
+        what = "the request was sent" if left else "no request left (its lease lapsed first)"
+        return OutcomeNotRecorded(
+            f"action {claimed.action_id}: {what}, but its outcome could not be recorded "
+            f"({cause}); it stays IN_FLIGHT until its lease lapses at {lease}, then "
+            "reconciliation settles it",
+            claimed.action_id,
+            record=claimed,
+            sent=left,
+        )
 
     def _late(
         self, claimed: ActionRecord, move: Move, verdict: Verdict, late_send: bool, now: datetime

@@ -25,6 +25,8 @@ errors, exit 2); it stays importable.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class SettledError(Exception):
     """Root of settled's own errors."""
@@ -62,12 +64,19 @@ class LedgerReadOnly(LedgerError):
 
 
 class OutcomeNotRecorded(LedgerError):
-    """The request left this machine; writing what came back failed. The record
-    stays ``IN_FLIGHT`` until its lease lapses, and reconciliation settles it then."""
+    """The request left this machine (``sent``; or, when False, it may not have, but
+    that could not be recorded either); writing what came back failed. The record
+    stays ``IN_FLIGHT`` (``record``: as claimed) until its lease lapses, and
+    reconciliation settles it then. Not an error of the request: whoever reports it
+    reports the record's status, never "nothing was sent"."""
 
-    def __init__(self, message: str, action_id: str) -> None:
+    def __init__(
+        self, message: str, action_id: str, *, record: Any = None, sent: bool = True
+    ) -> None:
         super().__init__(message)
         self.action_id = action_id
+        self.record = record  # settled.model.ActionRecord, IN_FLIGHT
+        self.sent = sent
 
 
 class UnknownProvider(SettledError):

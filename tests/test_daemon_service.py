@@ -174,6 +174,37 @@ def test_every_failed_check_is_a_warning_line(
     assert summary["failed_checks"] == 2
 
 
+def test_once_exits_1_when_its_pass_failed_as_reconcile_due_does(
+    tmp_path: Path, sim: SimServer, db_path: Path
+) -> None:
+    """A ledger locked by another writer past the busy timeout: the one pass fails,
+    and ``daemon --once`` exits 1 (it exited 0), with the pass_failed line saying why,
+    as ``reconcile --due`` does with its one line."""
+    from locks import Locker
+
+    fill(db_path, sim, {"a": "ok", "b": "ok"})
+    write_config(tmp_path / "settled.toml", {"sim": sim_conf(sim)})
+    env = {"SETTLED_BUSY_TIMEOUT": "0.3"}
+    locker = Locker(db_path)
+    locker.hold()
+    try:
+        daemon = run_cli("daemon", "--once", env=env)
+        cron = run_cli("reconcile", "--due", env=env)
+    finally:
+        locker.close()
+    assert daemon.returncode == 1, daemon.stderr
+    log = lines(daemon.stderr)
+    assert [e["event"] for e in log] == ["started", "pass_failed", "stopped"], log
+    failed = log[1]
+    assert failed["level"] == "error" and failed["error"] == "LedgerBusy", failed
+    assert "\n" not in failed["message"] and log[2]["failed_passes"] == 1
+    assert cron.returncode == 1 and len(cron.stderr.strip().splitlines()) == 1, cron.stderr
+    # Once the other writer is done, the same pass runs, and exits 0.
+    again = run_cli("daemon", "--once", env=env)
+    assert again.returncode == 0, again.stderr
+    assert {e["action_id"] for e in lines(again.stderr) if e["event"] == "transition"} == {"a", "b"}
+
+
 def test_reconcile_due_writes_the_same_json_lines_for_cron(
     tmp_path: Path, sim: SimServer, db_path: Path
 ) -> None:

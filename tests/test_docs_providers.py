@@ -42,21 +42,26 @@ def test_worked_examples_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 def test_quoted_errors_are_real(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     example = blocks("toml")[0]
     quoted = [ln for ln in DOC.read_text().splitlines() if ln.startswith("settled: error:")]
-    assert len(quoted) == 5
-    variants = [
-        example.replace('tier = "reconcilable"', 'tier = "eventually"'),
-        example.replace(
-            'query = { method = "GET", path = "/delivered/{reconciliation_key}" }\n', ""
+    assert len(quoted) == 7
+    variants = [  # (config, MAIL_TOKEN or None for unset), in the order the page quotes them
+        (example, "tok€n"),
+        (example, "token "),
+        (example.replace('tier = "reconcilable"', 'tier = "eventually"'), "x"),
+        (
+            example.replace(
+                'query = { method = "GET", path = "/delivered/{reconciliation_key}" }\n', ""
+            ),
+            "x",
         ),
-        example.replace('status = "/status"', 'status = "status"'),
-        example.replace("timeout = 5.0\n", "timeout = 5.0\ntls_verify = false\n"),
-        example,  # MAIL_TOKEN not set
+        (example.replace('status = "/status"', 'status = "status"'), "x"),
+        (example.replace("timeout = 5.0\n", "timeout = 5.0\ntls_verify = false\n"), "x"),
+        (example, None),  # MAIL_TOKEN not set
     ]
-    for n, (line, text) in enumerate(zip(quoted, variants, strict=True)):
-        if n == len(variants) - 1:
+    for line, (text, token) in zip(quoted, variants, strict=True):
+        if token is None:
             monkeypatch.delenv("MAIL_TOKEN", raising=False)
         else:
-            monkeypatch.setenv("MAIL_TOKEN", "x")
+            monkeypatch.setenv("MAIL_TOKEN", token)
         path = tmp_path / "settled.toml"
         path.write_text(text)
         cfg = config.load(str(path))

@@ -189,3 +189,139 @@ def test_settled_mcp_refuses_bad_config_and_non_loopback(sim: SimServer, tmp_pat
     assert p.returncode == 1, p.stderr
     assert "unknown provider type 'nope'" in p.stderr
     assert "Traceback" not in p.stderr and p.stdout == ""
+
+
+# -- raw JSON-RPC bytes on stdin: every request gets an answer ---------------------------------
+
+
+class RawSession:
+    """``settled mcp`` fed raw bytes on stdin; answers read off stdout as they come."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "settled", "mcp"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=str(ROOT),
+            env=dict(os.environ),
+        )
+        self.answers: queue.Queue[bytes] = queue.Queue()
+        self.errors: queue.Queue[str] = queue.Queue()
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        threading.Thread(target=self._pump, args=(self.proc.stdout,), daemon=True).start()
+        err = self.proc.stderr
+        threading.Thread(
+            target=lambda: [self.errors.put(x.decode()) for x in err], daemon=True
+        ).start()
+
+    def _pump(self, out: Any) -> None:
+        for line in out:
+            self.answers.put(line)
+
+    def send(self, raw: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(raw + b"\n")
+        self.proc.stdin.flush()
+
+    def answer(self, timeout: float = 60) -> dict[str, Any]:
+        got: dict[str, Any] = json.loads(self.answers.get(timeout=timeout))
+        return got
+
+    def close(self) -> int:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        code = self.proc.wait(timeout=30)
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        return code
+
+
+def _call(rid: Any, params: bytes) -> bytes:
+    head = json.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call"}).encode()[:-1]
+    return head + b', "params": {"name": "sim_book", "arguments": {"action_id": "raw-%s", "params": %s}}}' % (
+        str(rid).encode(), params)  # fmt: skip
+
+
+def _nested(depth: int) -> bytes:
+    return b'{"a": ' + b"[" * depth + b"]" * depth + b"}"
+
+
+HOSTILE_LINES = {
+    "nested-200": (_nested(200), -32600),
+    "nested-1000": (_nested(1000), -32600),
+    "nested-100000": (_nested(100000), -32600),
+    "lone-high-surrogate": (b'{"to": "\\ud800"}', -32700),
+    "lone-low-surrogate": (b'{"to": "x\\udfff"}', -32700),
+    "invalid-utf8": (b'{"to": "\xff\xfe"}', -32700),
+    "truncated-utf8": (b'{"to": "\xe2\x82"}', -32700),
+    "not-json": (b'{"to": nope}', -32700),
+}
+
+
+def test_every_raw_request_gets_an_answer_and_the_server_stays_up(
+    sim_config: Path, sim: SimServer
+) -> None:
+    s = RawSession()
+    try:
+        init = {"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}  # fmt: skip
+        s.send(json.dumps(init).encode())
+        assert s.answer()["id"] == "init"
+        s.send(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+        for n, (name, (params, code)) in enumerate(HOSTILE_LINES.items()):
+            s.send(_call(n, params))
+            got = s.answer()  # bounded: a missing answer fails here, never hangs
+            assert got["id"] == n and got["error"]["code"] == code, (name, got)
+            message = got["error"]["message"]
+            assert "\n" not in message and "Traceback" not in message, message
+            s.send(_call(f"ok-{n}", b"{}"))  # and the next request is served
+            ok = s.answer()
+            assert ok["id"] == f"ok-{n}" and ok["result"]["isError"] is False, (name, ok)
+        # Not a JSON-RPC message, or no id to be found: answered with a null id.
+        for raw in (b"[1, 2]", b"garbage", b'{"jsonrpc": "2.0", "id": {"x": 1}, "method": 7}'):
+            s.send(raw)
+            got = s.answer()
+            assert got["id"] is None and got["error"]["code"] in (-32600, -32700), got
+        # A notification that cannot be read is answered by nothing (JSON-RPC), and
+        # the session goes on.
+        s.send(b'{"jsonrpc": "2.0", "method": "notifications/x", "params": ' + _nested(500) + b"}")
+        s.send(_call("last", b"{}"))
+        assert s.answer()["id"] == "last"
+        # A line larger than the transport takes is refused by its own id.
+        s.send(_call("huge", b'{"x": "' + b"y" * (4 * 1024 * 1024) + b'"}'))
+        got = s.answer()
+        assert got["id"] == "huge" and got["error"]["code"] == -32600, got
+        s.send(_call("after-huge", b"{}"))
+        assert s.answer()["id"] == "after-huge"
+    finally:
+        code = s.close()
+    assert code == 0
+    errors = "".join(iter_queue(s.errors))
+    assert "Traceback" not in errors, errors
+    assert sim.effects_for("raw-ok-0") == 1 and sim.requests_for("raw-0") == []
+
+
+def iter_queue(q: queue.Queue[str]) -> list[str]:
+    out = []
+    while not q.empty():
+        out.append(q.get())
+    return out
+
+
+def test_scan_finds_the_id_at_any_depth() -> None:
+    from settled.agents.mcp_stdio import scan
+
+    deep = (
+        '{"jsonrpc": "2.0", "params": ' + "[" * 100000 + "]" * 100000 + ', "id": 7, "method": "m"}'
+    )
+    assert scan(deep) == (True, 7, True, True)
+    assert scan('{"id": "a\\"b", "method": "x", "params": {"id": 5}}') == (True, 'a"b', True, True)
+    assert scan('{"method": "n", "params": {"id": 5}}') == (False, None, False, True)
+    assert scan('{"id": null}') == (True, None, True, False)
+    assert scan('{"id": 1.5}') == (False, None, True, False)
+    assert scan('{"id": {"x": 1}, "method": 7}') == (False, None, True, True)
+    assert scan('{"id": "\\ud800"}') == (False, None, True, False)
+    assert scan("not json at all") == (False, None, False, False)

@@ -7,16 +7,14 @@ changed" once a request has left.
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import rawdb
 from invariants import check, dump, settle
+from locks import Locker, LockingServer
 from support import popen_cli, run_cli, write_config
 
 from settled.config import load
@@ -45,43 +43,13 @@ def config(tmp_path: Path, server: SimServer) -> Path:
     return write_config(tmp_path / "settled.toml", {"sim": provider})
 
 
-class _Locker:
-    """Holds the ledger's write lock from another connection (as another writer would):
-    SQLite's one write lock; on PostgreSQL, a lock on the actions table that every
-    write waits for and no read does."""
-
-    def __init__(self, db: Path) -> None:
-        self.conn: Any
-        if rawdb.is_pg(db):
-            self.conn = rawdb.psycopg.connect(str(db), autocommit=True)
-            self.begin = ["BEGIN", "LOCK TABLE actions IN EXCLUSIVE MODE"]
-        else:
-            self.conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
-            self.begin = ["BEGIN IMMEDIATE"]
-        self.held = False
-
-    def hold(self) -> None:
-        for sql in self.begin:
-            self.conn.execute(sql)
-        self.held = True
-
-    def release(self) -> None:
-        if self.held:
-            self.conn.execute("ROLLBACK")
-            self.held = False
-
-    def close(self) -> None:
-        self.release()
-        self.conn.close()
-
-
 def _make_ledger(db: Path) -> None:
     Ledger.open(db).close()
 
 
 def test_a_short_lock_is_waited_for(server: SimServer, config: Path, db_path: Path) -> None:
     _make_ledger(db_path)
-    locker = _Locker(db_path)
+    locker = Locker(db_path)
     locker.hold()
     try:
         procs = [
@@ -105,7 +73,7 @@ def test_a_lock_past_the_bound_is_an_error_not_an_outcome(
     _make_ledger(db_path)
     run_cli("dispatch", "sim", "book", "--action-id", "existing")
     before = dump(db_path)
-    locker = _Locker(db_path)
+    locker = Locker(db_path)
     locker.hold()
     try:
         env = {"SETTLED_BUSY_TIMEOUT": "0.3"}
@@ -122,25 +90,12 @@ def test_a_lock_past_the_bound_is_an_error_not_an_outcome(
     assert shown.returncode == 0 and json.loads(shown.stdout)["status"] == "CONFIRMED"
 
 
-class _LockingServer(SimServer):
-    """A sim provider that lets the test grab the ledger lock while it handles a
-    request: the dispatcher's outcome commit then meets a locked ledger."""
-
-    on_request: Any = None
-
-    def _process(self, *args: Any, **kw: Any) -> Any:
-        out = super()._process(*args, **kw)
-        if self.on_request is not None:
-            self.on_request()
-        return out
-
-
 def test_busy_at_the_outcome_is_reported_honestly(tmp_path: Path, db_path: Path) -> None:
     """The claim committed and the request left, then the ledger stayed locked past the
     bound: the command says in one line that the request was sent, exits with the
     record's status (3: IN_FLIGHT), and the record is settled later by reconciliation,
     never reported as an outcome."""
-    with _LockingServer(hang=1.0, honour_keys=False) as server:
+    with LockingServer(hang=1.0, honour_keys=False) as server:
         provider = {
             "type": "sim",
             "base_url": server.url,
@@ -154,7 +109,7 @@ def test_busy_at_the_outcome_is_reported_honestly(tmp_path: Path, db_path: Path)
             tmp_path / "settled.toml", {"sim": provider}, dispatch={"lease_grace": 0.2}
         )
         _make_ledger(db_path)
-        locker = _Locker(db_path)
+        locker = Locker(db_path)
         server.on_request = lambda: (locker.hold(), threading.Timer(1.5, locker.release).start())
         try:
             done = run_cli(

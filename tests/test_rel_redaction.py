@@ -7,6 +7,7 @@ piece of it behind."""
 from __future__ import annotations
 
 import base64
+import html
 import json
 from collections.abc import Callable
 from urllib.parse import quote, quote_plus
@@ -42,6 +43,12 @@ ENCODINGS: dict[str, Callable[[str], str]] = {
     "url": lambda s: quote(s, safe=""),
     "url-lower": lambda s: quote(s, safe="").lower() if s.isascii() else quote(s, safe=""),
     "form": lambda s: quote_plus(s, safe=""),
+    "url-twice": lambda s: quote(quote(s, safe=""), safe=""),
+    "json-in-json": lambda s: json.dumps(json.dumps(s)[1:-1])[1:-1],
+    "json-slashes": lambda s: json.dumps(s)[1:-1].replace("/", "\\/"),
+    "html": html.escape,
+    "xml-charrefs": lambda s: html.escape(s).encode("ascii", "xmlcharrefreplace").decode(),
+    "mojibake": lambda s: s.encode("utf-8", "surrogatepass").decode("latin-1"),
 }
 
 

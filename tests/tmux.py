@@ -161,7 +161,72 @@ class Terminal:
         self.close()
 
 
+SHELLS = {
+    "bash": ["bash", "--norc", "--noprofile", "-i"],
+    "zsh": ["zsh", "-f", "-i"],
+    "fish": ["fish", "--no-config", "-i"],
+}
+
+
+class InteractiveShell:
+    """A real interactive shell (bash, zsh or fish) on a tmux pty, typed into key by
+    key as a person would. ``ready()`` waits until a command typed after everything
+    before it has run (a marker only its output shows)."""
+
+    def __init__(self, shell: str, cwd: Path, env: dict[str, str], timeout: float = 180) -> None:
+        self.shell = shell
+        self.timeout = timeout
+        self.base = ["tmux", "-L", f"settled-sh-{uuid.uuid4().hex[:8]}"]
+        self._marks = 0
+        subprocess.run(
+            [*self.base, "new-session", "-d", "-x", "220", "-y", "50", "-c", str(cwd),
+             *SHELLS[shell]],
+            check=True,
+            env=env,
+        )  # fmt: skip
+        subprocess.run([*self.base, "set-option", "-g", "history-limit", "10000"], check=False)
+
+    def type(self, text: str) -> None:
+        """Type ``text`` literally (no key names)."""
+        subprocess.run([*self.base, "send-keys", "-t", "0", "-l", text], check=True)
+
+    def press(self, *keys: str) -> None:
+        subprocess.run([*self.base, "send-keys", "-t", "0", *keys], check=True)
+
+    def screen(self) -> str:
+        return capture(self.base)
+
+    def wait_for(self, predicate: object, what: str) -> str:
+        """The screen, once ``predicate(screen)`` holds (bounded by the timeout)."""
+        end = time.monotonic() + self.timeout
+        while True:
+            screen = self.screen()
+            if predicate(screen):  # type: ignore[operator]
+                return screen
+            assert time.monotonic() < end, f"{self.shell}: waited for {what}:\n{screen}"
+            time.sleep(0.05)
+
+    def ready(self) -> None:
+        """Run a marker command and wait for its output: what was typed before it ran."""
+        self._marks += 1
+        mark = f"READY{self._marks}X"
+        self.type(f'echo READY""{self._marks}X')
+        self.press("Enter")
+        self.wait_for(lambda s: mark in s, mark)
+
+    def close(self) -> None:
+        subprocess.run([*self.base, "kill-server"], check=False, capture_output=True)
+
+    def __enter__(self) -> InteractiveShell:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 __all__ = [
+    "SHELLS",
+    "InteractiveShell",
     "Path",
     "Terminal",
     "capture",

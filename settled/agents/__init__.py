@@ -72,7 +72,7 @@ class Tool:
             else:
                 result = self.toolbox.unconfirmed(aid, "the person declined")
         if self.wait > 0 and result.status == "accepted" and result.settled_status != "PENDING":
-            result = self.toolbox.settle(result.action_id, self.wait)
+            result = self.toolbox.settle_after(result, self.wait)
         return result
 
     def spec(self, style: str = "json") -> dict[str, Any]:

@@ -23,12 +23,12 @@ import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from ..clock import from_text
-from ..errors import ConfigError, Conflict, NotFound, UsageError
+from ..errors import ConfigError, Conflict, LedgerError, NotFound, OutcomeNotRecorded, UsageError
 from ..model import MAX_ACTION_ID, ActionRecord, Status, Tier
 from ..model import check_action_id as model_check_action_id
 from ..session import Session
@@ -283,6 +283,9 @@ def check_params(op: Operation, params: Any) -> dict[str, Any]:
         params = {}
     if not isinstance(params, dict):
         raise UsageError(f"params must be a JSON object, got {type(params).__name__}")
+    from ..dispatch import check_params_json
+
+    check_params_json(params)  # strict JSON (no lone surrogate, NaN) and not too deep
     schema = op.params_schema
     if schema:
         try:
@@ -300,7 +303,10 @@ def check_params(op: Operation, params: Any) -> dict[str, Any]:
                 f"providers.{op.provider}.operations.{op.operation}: params_schema is not a "
                 f"valid JSON schema: {one_line(exc.message)[:300]}"
             ) from None
-        error = exceptions.best_match(cls(schema).iter_errors(params))
+        try:
+            error = exceptions.best_match(cls(schema).iter_errors(params))
+        except RecursionError:
+            raise UsageError("params are nested too deeply to check against their schema") from None
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path)
             at = f" (at params/{where})" if where else ""
@@ -490,6 +496,9 @@ class Toolbox:
                     f"action_id {aid!r} is already used with different params; nothing was "
                     "sent. Use a new action_id only for a different action"
                 ) from None
+            except OutcomeNotRecorded as exc:  # sent: the answer is the record's
+                held = _as_it_stands(s, exc)
+                return Submitted(unrecorded_result(held, exc), held, False)
         rec = report.record
         assert rec is not None  # submit always returns the record it made or found
         # A new action was dispatched or recorded; any other outcome found an existing one.
@@ -504,7 +513,10 @@ class Toolbox:
 
         aid = check_action_id(action_id)
         with self.session() as s:
-            report = s.dispatcher(by or f"{self.actor}-confirmation").confirm(aid)
+            try:
+                report = s.dispatcher(by or f"{self.actor}-confirmation").confirm(aid)
+            except OutcomeNotRecorded as exc:  # sent: the answer is the record's
+                return unrecorded_result(_as_it_stands(s, exc), exc, "confirmed and sent once")
         if report.record is None:
             raise NotFound(f"no action {aid!r}")
         notes = {
@@ -516,16 +528,13 @@ class Toolbox:
         return result_for(report.record, notes.get(report.outcome, ""))
 
     def question(self, op: Operation, action_id: str) -> str:
-        """What a person is asked before a recorded action is sent."""
+        """What a person is asked before a recorded action is sent: the params as
+        recorded (what will be sent), every character that is invisible or reorders
+        text (control, bidi, zero-width, C1) written as its escape, and a note saying
+        so; a person must read what is sent, not what it makes a screen show."""
         with self.session() as s:
             rec = _get(s.ledger(), check_action_id(action_id))
-        shown = dumps(rec.params)
-        if len(shown) > 600:
-            shown = shown[:600] + "…"
-        what = f"{op.provider}.{op.operation}"
-        if op.title != what:
-            what = f"{op.title} ({what})"
-        return f"Send {what} once, as action {action_id}? Params: {shown}"
+        return question_text(op, rec.action_id, rec.params)
 
     def settle(self, action_id: str, timeout: float) -> ToolResult:
         """Run verification in this process (``settled.wait``) until the action is
@@ -535,6 +544,16 @@ class Toolbox:
         with self.session() as s:
             rec = wait_for(s.reconciler(actor=f"{self.actor}-wait"), action_id, timeout)
         return result_for(rec)
+
+    def settle_after(self, result: ToolResult, timeout: float) -> ToolResult:
+        """``settle`` after a call that sent: a ledger that cannot be read or written
+        now leaves ``result`` as it was (the daemon verifies later), never an error
+        that would read as "not sent"."""
+        try:
+            return self.settle(result.action_id, timeout)
+        except LedgerError as exc:
+            why = one_line(str(exc).split("; ")[0])
+            return replace(result, text=f"{result.text}; waiting stopped: {why}")
 
     def unconfirmed(self, action_id: str, why: str) -> ToolResult:
         """The record as it stands after a person did not approve it."""
@@ -581,6 +600,47 @@ class Toolbox:
         return data
 
 
+def unrecorded_result(rec: ActionRecord, exc: OutcomeNotRecorded, note: str = "") -> ToolResult:
+    """The result of a call whose request left but whose outcome could not be written:
+    the record's, never "refused, nothing sent". The record stays IN_FLIGHT until its
+    lease lapses; then reconciliation settles it (``accepted``: call check_action
+    after ``next_check_at``), or, where no query can, a person (``uncertain``)."""
+    cause = str(exc).split(": ", 1)[-1]  # without the leading "action ID: "
+    if rec.status is not Status.IN_FLIGHT:  # another caller or a late write moved it on
+        return result_for(rec, note)
+    automatic = rec.declared is not None and rec.declared.queryable
+    automatic = automatic and not rec.requires_manual_verification
+    when = rec.lease_expires_at
+    if automatic:
+        status = "accepted"
+        tail = f"call check_action after {when}" if when else "call check_action later"
+    else:
+        status = "uncertain"
+        tail = (
+            "nothing can observe the effect: a person or new evidence must settle it; "
+            "do not resend under a new action_id"
+        )
+    reason = one_line(cause)
+    text = one_line(
+        f"{status}: {rec.provider}.{rec.operation} {rec.action_id} — "
+        + (f"{note}; " if note else "")
+        + f"{reason}; {tail}"
+    )
+    return ToolResult(rec.action_id, status, str(rec.status), reason, when, text)
+
+
+def _as_it_stands(s: Session, exc: OutcomeNotRecorded) -> ActionRecord:
+    """The record now, when the ledger can still be read; else as it was claimed."""
+    try:
+        found: ActionRecord | None = s.ledger().find(exc.action_id)
+    except LedgerError:
+        found = None
+    rec = found or exc.record
+    if rec is None:
+        raise exc
+    return rec
+
+
 def _get(ledger: Any, action_id: str) -> ActionRecord:
     rec: ActionRecord | None = ledger.find(action_id)
     if rec is None:
@@ -605,6 +665,63 @@ def dumps(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, sort_keys=True, default=str)
 
 
+QUESTION_PARAMS = 600  # characters of params a question shows
+HIDDEN_NOTE = "(contains hidden control characters, shown escaped)"
+
+
+def question_text(op: Operation, action_id: str, params: Any) -> str:
+    """``Send {what} once, as action {id}? Params: {json}``, safe to show a person."""
+    what = f"{op.provider}.{op.operation}"
+    if op.title != what:
+        what = f"{op.title} ({what})"
+    shown = visible(dumps(params))
+    if len(shown) > QUESTION_PARAMS:
+        cut = re.sub(r"\\(u[0-9a-fA-F]{0,3})?$", "", shown[:QUESTION_PARAMS])
+        shown = f"{cut}… ({len(shown) - len(cut)} more characters not shown)"
+    texts = [what, action_id, *_strings(params)]
+    note = f" {HIDDEN_NOTE}" if any(hidden(t) for t in texts) else ""
+    return f"Send {visible(what)} once, as action {visible(action_id)}? Params: {shown}{note}"
+
+
+def hidden(text: str) -> bool:
+    """Whether ``text`` holds a character a person cannot see as itself: a control
+    character (C0, DEL, C1), a bidi override or isolate, a zero-width or other format
+    character, a line or paragraph separator."""
+    return any(not ch.isprintable() and ch != " " for ch in text)
+
+
+def visible(text: str) -> str:
+    """``text`` with every hidden character written as a JSON escape (``\\u202e``;
+    surrogate pairs beyond the BMP), so JSON text keeps its value and no character
+    reorders or hides what is around it."""
+    if not hidden(text):
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable() or ch == " ":
+            out.append(ch)
+            continue
+        code = ord(ch)
+        if code > 0xFFFF:
+            code -= 0x10000
+            out.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+        else:
+            out.append(f"\\u{code:04x}")
+    return "".join(out)
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            yield str(k)
+            yield from _strings(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _strings(v)
+
+
 __all__ = [
     "CHECK_ACTION",
     "LIST_UNRESOLVED",
@@ -619,8 +736,11 @@ __all__ = [
     "check_action_id",
     "check_arguments",
     "check_params",
+    "hidden",
     "needs_confirmation",
     "one_line",
+    "question_text",
     "result_for",
     "tool_name",
+    "visible",
 ]

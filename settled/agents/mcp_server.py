@@ -384,9 +384,11 @@ def serve(server: Server[Any], address: tuple[str, int] | None = None) -> None:
 
 
 async def serve_stdio(server: Server[Any]) -> None:
-    from mcp.server.stdio import stdio_server
+    """Serve over stdin and stdout, where every request gets an answer whatever its
+    depth or encoding (``settled.agents.mcp_stdio``)."""
+    from .mcp_stdio import stdio_transport
 
-    async with stdio_server() as (read, write):
+    async with stdio_transport() as (read, write):
         await server.run(read, write, server.create_initialization_options())
 
 

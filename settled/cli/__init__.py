@@ -58,15 +58,19 @@ def _quiet_interrupt(what: str = "interrupted") -> None:
 
 
 def _run(argv: list[str] | None) -> int:
+    from typer.main import get_command
+
     from ..errors import SettledError
-    from . import common
+    from . import common, shells
     from .app import app
 
     debug = bool(os.environ.get("SETTLED_DEBUG"))
     common.STATE.close()  # main() may run more than once in a process (tests, embedding)
     try:
+        command = get_command(app)
+        shells.install()  # after Typer registered its own completion classes, in get_command
         # Not standalone: Click's own errors come here, to be shown through the sanitizer.
-        rv = app(args=argv, prog_name="settled", standalone_mode=False)
+        rv = command.main(args=argv, prog_name="settled", standalone_mode=False)
         return rv if isinstance(rv, int) else 0
     except SystemExit as exc:
         if isinstance(exc.code, int):

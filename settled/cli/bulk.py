@@ -22,6 +22,7 @@ from .common import (
     exit_for,
     one_line,
     report_exit,
+    stdout_gone,
 )
 
 
@@ -77,10 +78,12 @@ def dispatch_from(provider: str, operation: str, path: str, concurrency: int | N
     counts: dict[str, int] = {}
     code = 0
     lines = 0
+    written = 0  # JSON lines that reached stdout
+    gone = False  # stdout's reader went away: read no more lines, report the rest
     err = sys.stderr
     with _source(path) as fh, _progress() as tick:
         results = d.submit_many(provider, operation, read_lines(fh), concurrency=threads,
-                                gate=Gate(threads))  # fmt: skip
+                                gate=Gate(threads), stop_requested=lambda: gone)  # fmt: skip
         try:
             for r in results:
                 lines += 1
@@ -88,11 +91,17 @@ def dispatch_from(provider: str, operation: str, path: str, concurrency: int | N
                 key = str(r.report.record.status) if r.report and r.report.record else (
                     "conflict" if r.conflict else "invalid")  # fmt: skip
                 counts[key] = counts.get(key, 0) + 1
-                if as_json:
-                    sys.stdout.write(
-                        json.dumps(r.to_json(), ensure_ascii=False, default=str) + "\n"
-                    )
-                    sys.stdout.flush()
+                if as_json and not gone:
+                    try:
+                        sys.stdout.write(
+                            json.dumps(r.to_json(), ensure_ascii=False, default=str) + "\n"
+                        )
+                        sys.stdout.flush()
+                        written += 1
+                    except OSError as exc:
+                        if not stdout_gone(exc):
+                            raise
+                        gone = True
                 elif r.report is None:
                     what = "conflict" if r.conflict else "bad line"
                     err.write(f"settled: line {r.line}: {what}: {term(one_line(r.problem))}\n")
@@ -100,8 +109,26 @@ def dispatch_from(provider: str, operation: str, path: str, concurrency: int | N
         except SettledError as exc:
             err.write(f"settled: error: {one_line(str(exc))}\n")
             code = max(code, exit_for(exc))
-    _summary(counts, lines, code, as_json)
+    if not gone:
+        try:
+            _summary(counts, lines, code, as_json)
+        except OSError as exc:
+            if not stdout_gone(exc):
+                raise
+            gone = True
+    if gone:
+        err.write(f"settled: {_closed(counts, lines, written, code)}\n")
     return code
+
+
+def _closed(counts: dict[str, int], lines: int, written: int, code: int) -> str:
+    """One line for a stdout closed under a bulk run: what was done, and where to see it."""
+    done = ", ".join(f"{n} {k}" for k, n in counts.items()) or "nothing"
+    return (
+        f"stdout was closed after {written} of {lines} line(s) were printed; no line was "
+        f"read after that, and each line read is recorded ({done}); exit {code}, the "
+        "highest among them; see `settled queue --status all`"
+    )
 
 
 def _summary(counts: dict[str, int], lines: int, code: int, as_json: bool) -> None:

@@ -181,7 +181,8 @@ class AfterSend(Exception):
 def finish(report: Any, as_json: bool, render: Any) -> int:
     """Print a dispatch/confirm/retry report and return its exit code. Once the
     record exists, a failure while printing it never turns into exit 1: the code is
-    the record's, and stderr says what happened to the request (the exit codes in the README)."""
+    the record's, and stderr says what happened to the request (the exit codes in the
+    README). A closed stdout (``| head -n 0``) is one such failure."""
     code = report_exit(report)
     try:
         if as_json:
@@ -193,31 +194,57 @@ def finish(report: Any, as_json: bool, render: Any) -> int:
         if rec is None:
             raise
         from ..dispatch import Outcome
+        from .render import term
 
-        if as_json:
-            emit_json(
-                {
-                    "action_id": rec.action_id,
-                    "status": str(rec.status),
-                    "outcome": str(report.outcome),
-                    "result": str(report.result) if report.result else None,
-                    "error": f"the full record could not be printed: {type(exc).__name__}",
-                }
-            )
+        gone = stdout_gone(exc)
+        if as_json and not gone:
+            try:
+                emit_json(
+                    {
+                        "action_id": rec.action_id,
+                        "status": str(rec.status),
+                        "outcome": str(report.outcome),
+                        "result": str(report.result) if report.result else None,
+                        "error": f"the full record could not be printed: {type(exc).__name__}",
+                    }
+                )
+            except OSError as again:
+                gone = stdout_gone(again)
         what = (
             "the request was sent and recorded"
             if report.outcome is Outcome.DISPATCHED
             else "the action is recorded"
         )
-        from .render import term
-
+        failed = (
+            "stdout was closed before it could be printed"
+            if gone
+            else f"printing it failed ({type(exc).__name__}: {term(one_line(str(exc)), 200)})"
+        )
         raise AfterSend(
             f"{what}: action {term(rec.action_id, 200)} is {rec.status} (exit {code}); "
-            f"printing it failed ({type(exc).__name__}: {term(one_line(str(exc)), 200)}); "
-            f"see `settled show {term(rec.action_id, 200)} --json`",
+            f"{failed}; see `settled show {term(rec.action_id, 200)} --json`",
             code,
         ) from None
     return code
+
+
+def stdout_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` says stdout's reader went away (EPIPE). If so, stdout is pointed
+    at the null device, so that nothing later (the interpreter's last flush) fails
+    on it again or turns the exit code into another."""
+    import errno
+
+    if not (isinstance(exc, OSError) and exc.errno in (errno.EPIPE, errno.ECONNRESET)):
+        return False
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real stdout (embedded, tests)
+        pass
+    return True
 
 
 SECRET_KEY = (
@@ -236,8 +263,11 @@ SECRET_KEY = (
 
 def redact_params(params: Any, secrets: list[str] | None = None) -> Any:
     """Params for a human view: values under secret-looking keys, and any value of a
-    ``${VAR}`` the config references, shown as ``***``."""
-    known = [s for s in (secrets or []) if len(s) >= 4]
+    ``${VAR}`` the config references (in any spelling, as the providers' redactor
+    finds it), shown as ``***``."""
+    from ..providers._redact import Redactor
+
+    scrub = Redactor([s for s in (secrets or []) if len(s) >= 4])
 
     def walk(v: Any, key: str = "") -> Any:
         if key and any(k in key.lower().replace("-", "_") for k in SECRET_KEY):
@@ -246,9 +276,8 @@ def redact_params(params: Any, secrets: list[str] | None = None) -> Any:
             return {k: walk(x, str(k)) for k, x in v.items()}
         if isinstance(v, list):
             return [walk(x) for x in v]
-        if isinstance(v, str):
-            for s in known:
-                v = v.replace(s, "***")
+        if isinstance(v, str) and scrub:
+            return scrub(v)
         return v
 
     return walk(params)

@@ -245,7 +245,7 @@ def render_cmd(
 
 def render_text(shown: dict[str, object]) -> str:
     """Plain text, one escaped line per value: data is never markup (rule 13)."""
-    from ..providers._wire import escape_controls as esc
+    from ..providers._redact import escape_controls as esc
 
     lines = [f"{shown['provider']}.{shown['operation']} ({shown['tier']})"]
     for part in ("request", "query"):

@@ -41,6 +41,16 @@ def term(value: object, limit: int | None = MAX_SHOWN) -> str:
     return s
 
 
+def hidden(value: object) -> bool:
+    """Whether ``term`` would write out any character of ``value`` (a control, bidi or
+    other invisible format character): what a person is shown then needs saying."""
+    s = "" if value is None else str(value)
+    return not s.isprintable() and any(not (ch.isprintable() or _is_space(ch)) for ch in s)
+
+
+HIDDEN_NOTE = "(contains hidden control characters, shown escaped)"
+
+
 def _is_space(ch: str) -> bool:
     return unicodedata.category(ch) == "Zs"
 
@@ -86,13 +96,11 @@ def console(stderr: bool = False, *, width: int | None = None) -> Any:
     """A console that never interprets data: no markup, emoji or highlighting. Colour
     follows NO_COLOR and whether the stream is a terminal. Off a terminal, lines are
     not folded (``soft_wrap``)."""
-    from rich.console import Console
-
     stream = sys.stderr if stderr else sys.stdout
     tty = is_tty(stream)
     if width is None and not tty:
         width = PIPE_WIDTH
-    return Console(
+    return _console_class()(
         file=stream,
         markup=False,
         emoji=False,
@@ -104,6 +112,25 @@ def console(stderr: bool = False, *, width: int | None = None) -> Any:
 
 
 PIPE_WIDTH = 100_000  # off a terminal nothing is folded: one logical line is one line
+_CONSOLE: list[type] = []
+
+
+def _console_class() -> Any:
+    """rich's Console, except that a closed stream is an error for the command to
+    handle (rich's own answer is ``SystemExit(1)``, which would hide a sent request's
+    exit code; see ``common.finish``)."""
+    if not _CONSOLE:
+        import errno
+
+        from rich.console import Console
+
+        class PipeAwareConsole(Console):
+            def on_broken_pipe(self) -> None:
+                self.quiet = True  # nothing more is written to it
+                raise BrokenPipeError(errno.EPIPE, "the reader of this stream went away")
+
+        _CONSOLE.append(PipeAwareConsole)
+    return _CONSOLE[0]
 
 
 def print_trimmed(con: Any, renderable: Any) -> None:
@@ -415,6 +442,7 @@ __all__ = [
     "default_format",
     "emit_tsv",
     "fit",
+    "hidden",
     "is_tty",
     "iso",
     "listing",

@@ -168,11 +168,13 @@ def preview(
     becomes: Callable[[Target], str],
     now: datetime,
     err: bool = False,
-) -> None:
+) -> bool:
     """What the command would do to each target: a table on a terminal, TSV on a pipe
-    (on stderr with ``err``, when stdout carries JSON)."""
+    (on stderr with ``err``, when stdout carries JSON). True when a value it shows
+    holds a character it writes out escaped (rule 13): the title says so, and so must
+    the question that follows (``confirm(note=...)``)."""
     from .common import one_line
-    from .render import Col, ago, is_tty, listing
+    from .render import HIDDEN_NOTE, Col, ago, console, hidden, is_tty, listing, text
 
     stream = sys.stderr if err else sys.stdout
 
@@ -187,22 +189,32 @@ def preview(
         Col("becomes", lambda t: becomes(t) if not t.skip else "(skipped)"),
         Col("why", lambda t: t.skip or one_line(cell(t, lambda r: r.reason or "")), flex=True),
     ]
-    listing(cols, targets, "table" if is_tty(stream) else "tsv", title=title, err=err)
+    fmt = "table" if is_tty(stream) else "tsv"
+    note = any(hidden(c.cell(t)) for t in targets for c in cols)
+    if note:
+        title += f" {HIDDEN_NOTE}"
+        if fmt == "tsv":  # lines without a title: the note goes with the messages
+            console(stderr=True).print(text(f"settled: the preview {HIDDEN_NOTE[1:-1]}"))
+    listing(cols, targets, fmt, title=title, err=err)
+    return note
 
 
-def confirm(n: int, *, question: str, doing: str, asked: bool) -> bool:
+def confirm(n: int, *, question: str, doing: str, asked: bool, note: bool = False) -> bool:
     """True once a person at the terminal said yes. With ids on stdin (``asked``
-    false) or no terminal, nobody can be asked: refused (exit 1), never assumed."""
+    false) or no terminal, nobody can be asked: refused (exit 1), never assumed.
+    ``note``: the preview wrote out hidden characters, and the question says so."""
     import click
 
     from ..errors import UsageError
-    from .render import is_tty
+    from .render import HIDDEN_NOTE, is_tty
 
     if not asked or not is_tty(sys.stdin):
         raise UsageError(
             f"refusing to {doing} {n} action(s) without --yes: there is no terminal "
             "to ask (review with --dry-run, then add --yes)"
         )
+    if note:  # the person answers about what the preview showed: say what it escaped
+        question += f" {HIDDEN_NOTE}"
     return bool(click.confirm(question, default=False, err=True))
 
 

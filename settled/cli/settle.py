@@ -311,13 +311,13 @@ def _resolvable(rec: Any, applied: bool, now: Any) -> str:
     return f"{rec.status}: resolve applies to unresolved actions only"
 
 
-def _preview(targets: Any, applied: bool, now: Any, *, err: bool = False) -> None:
+def _preview(targets: Any, applied: bool, now: Any, *, err: bool = False) -> bool:
     from .select import preview
 
     verdict = "CONFIRMED" if applied else "FAILED"
     n = sum(1 for t in targets if not t.skip)
     title = f"resolve --{'applied' if applied else 'not-applied'}: {n} of {len(targets)} action(s)"
-    preview(targets, title=title, becomes=lambda _t: verdict, now=now, err=err)
+    return preview(targets, title=title, becomes=lambda _t: verdict, now=now, err=err)
 
 
 def resolve(
@@ -390,13 +390,12 @@ def resolve(
         emit_json([_plan_json(t, applied, False) for t in targets])
         raise typer.Exit(0)
     asked = bool(todo) and not yes and not dry_run
-    if not as_json or asked:
-        _preview(targets, applied, now, err=as_json)
+    note = _preview(targets, applied, now, err=as_json) if not as_json or asked else False
     if dry_run:
         console(stderr=True).print(text(f"--dry-run: nothing recorded ({len(todo)} would be)"))
         raise typer.Exit(0)
     if asked and not confirm(len(todo), question=f"Record this verdict for {len(todo)} action(s)?",
-                             doing="settle", asked=not chosen.from_stdin):  # fmt: skip
+                             doing="settle", asked=not chosen.from_stdin, note=note):  # fmt: skip
         console(stderr=True).print(text("nothing recorded"))
         raise typer.Exit(0)
     code, done = _record(ledger, targets, verdict, bar=not as_json and len(todo) > 1)

@@ -222,7 +222,8 @@ class Sweeper:
 
     def serve(self, *, once: bool = False) -> int:
         """Run passes every ``interval`` seconds until ``request_stop``; 0 when it
-        stopped cleanly."""
+        stopped cleanly. With ``once``, one pass: 0 when it ran, 1 when it failed (its
+        ``pass_failed`` line says why), as ``settled reconcile --due`` would exit."""
         self.emit(
             "started",
             interval=self.interval,
@@ -238,8 +239,8 @@ class Sweeper:
             self.run_pass()
             if self._stop.is_set():
                 self._stopping()
-            self.emit("stopped", passes=self.passes)
-            return 0
+            self.emit("stopped", passes=self.passes, failed_passes=self.failed_passes)
+            return 1 if self.last_pass_ok is False else 0
         from datetime import UTC, datetime
 
         from apscheduler.executors.pool import ThreadPoolExecutor

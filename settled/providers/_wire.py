@@ -22,20 +22,20 @@ for the last time and ``written_at`` is taken.
 from __future__ import annotations
 
 import json
-import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib.parse import quote, quote_plus
+from urllib.parse import quote
 
 import httpcore
 import httpx
 
 from .. import crashpoints
 from ..clock import steady
+from ._redact import Redactor
 from .base import Wire
 
 MAX_BODY = 1024 * 1024
@@ -221,8 +221,16 @@ def build(
     params: Any = None,
 ) -> httpx.Request | str:
     """The request exactly as it would be sent, or why it cannot be built (nothing
-    was sent: an invalid URL, a header value that cannot be encoded)."""
-    kwargs: dict[str, Any] = {"headers": dict(headers or {})}
+    was sent: an invalid URL, a header value that cannot be encoded).
+
+    Header values go as their Latin-1 bytes, exactly as given: httpx would take
+    only ASCII, and nothing here re-encodes a value (a token's ``%2F`` stays
+    ``%2F``)."""
+    try:
+        raw = {k: v.encode("latin-1") for k, v in (headers or {}).items()}
+    except UnicodeEncodeError as exc:
+        return f"the request cannot be encoded: a header value holds {exc.object[exc.start]!r}"
+    kwargs: dict[str, Any] = {"headers": raw}
     if json_body is not None:
         kwargs["json"] = json_body
     elif content is not None:
@@ -402,26 +410,6 @@ def describe(exc: BaseException) -> str:
 # -- text that leaves a provider -----------------------------------------------------------
 
 
-def escape_controls(text: str) -> str:
-    """Control, format and other unprintable characters as ``\\n``, ``\\x1b`` or
-    ``\\u202e``: a reason or detail is one line and moves no cursor."""
-    if text.isprintable():
-        return text
-    out = []
-    for ch in text:
-        if ch.isprintable():
-            out.append(ch)
-        elif ch in "\n\r\t":
-            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}[ch])
-        elif ord(ch) <= 0xFF:
-            out.append(f"\\x{ord(ch):02x}")
-        elif ord(ch) <= 0xFFFF:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(f"\\U{ord(ch):08x}")
-    return "".join(out)
-
-
 def excerpt(raw: bytes, limit: int = 200, redact: Redactor | None = None) -> str:
     """The start of a reply body as one line: secrets redacted in the *whole* body
     first, then control characters escaped, then cut to ``limit`` characters (a cut
@@ -443,64 +431,3 @@ def header_value(text: str) -> str:
     if all(0x20 <= ord(c) <= 0x7E for c in text) and "%" not in text:
         return text
     return quote(text, safe="".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%"))
-
-
-class Redactor:
-    """Replaces every known secret (an expanded ``${VAR}``, a password, a basic-auth
-    token) with ``***`` in a string, so no detail, reason or evidence a provider
-    returns can carry one — not even when a server echoes a header back in an error
-    body, and not in any encoding in which the value could appear: as is,
-    repr-escaped, JSON-escaped or URL-encoded."""
-
-    MASK = "***"
-
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
-        forms: set[str] = set()
-        for secret in secrets:
-            if secret:
-                forms |= _forms(secret)
-        # Longest first, so a secret that contains another is masked whole.
-        self._secrets = sorted((f for f in forms if f), key=len, reverse=True)
-
-    def __call__(self, text: str) -> str:
-        for secret in self._secrets:
-            if secret in text:
-                text = text.replace(secret, self.MASK)
-        return text
-
-    def clean(self, text: str) -> str:
-        """Redacted, then made one printable line."""
-        return escape_controls(self(text))
-
-    def value(self, obj: Any) -> Any:
-        """The same for every string inside a JSON-like value."""
-        if isinstance(obj, str):
-            return self(obj)
-        if isinstance(obj, Mapping):
-            return {self(str(k)): self.value(v) for k, v in obj.items()}
-        if isinstance(obj, list | tuple):
-            return [self.value(v) for v in obj]
-        return obj
-
-
-def _forms(secret: str) -> set[str]:
-    """The ways ``secret`` can be spelled in an error message or a reply body."""
-    forms = {
-        secret,
-        repr(secret)[1:-1],
-        repr(secret.encode("utf-8", "replace"))[2:-1],
-        json.dumps(secret)[1:-1],
-        json.dumps(secret, ensure_ascii=False)[1:-1],
-        quote(secret, safe=""),
-        quote_plus(secret, safe=""),
-        quote(secret),
-        escape_controls(secret),
-    }
-    for form in list(forms):
-        if "%" in form:
-            forms.add(_lower_hex(form))
-    return forms
-
-
-def _lower_hex(text: str) -> str:
-    return re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), text)

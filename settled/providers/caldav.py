@@ -44,8 +44,9 @@ from ..checks import expand_env, expand_url, number
 from ..clock import steady, utcnow
 from ..errors import ConfigError, UnknownProvider, UsageError
 from ..model import Tier
+from ._redact import Redactor
 from ._shape import ShapeError, segment
-from ._wire import Exchange, Redactor, build, excerpt, exchange, show
+from ._wire import Exchange, build, excerpt, exchange, show
 from .base import (
     BaseProvider,
     Observation,

@@ -22,8 +22,10 @@ the dispatcher classifies (rule 3 in docs/rules.md) and owns the one retry budge
   allowed, reported as ``predicate = false`` (audit debt).
 
 Secrets: ``${VAR}`` values (``base_url``, headers, ``auth``) are read from the
-environment when the provider is built. They are sent and never returned: every detail, reason and piece
-of evidence this provider hands back passes through a ``Redactor`` that masks them.
+environment when the provider is built, and sent byte for byte (a value a header cannot
+carry is refused then, by the variable's name). They are never returned: every detail,
+reason and piece of evidence this provider hands back passes through a ``Redactor``
+that masks every spelling of them (``_redact``).
 """
 
 from __future__ import annotations
@@ -39,14 +41,14 @@ from urllib.parse import urlencode
 
 import httpx
 
-from ..checks import expand_env, expand_url, has_control, number
+from ..checks import ENV_REF, expand_env, expand_url, has_control, number
 from ..errors import ConfigError, UnknownProvider, UsageError
 from ..model import DEFAULT_CONSISTENCY_WINDOW, Tier, idempotency_key
 from . import _shape
+from ._redact import Redactor
 from ._shape import FORM_LISTS, OMIT, Pointer, ShapeError, Text
 from ._wire import (
     Exchange,
-    Redactor,
     build,
     excerpt,
     exchange,
@@ -201,13 +203,48 @@ class _Checker:
             )
         return ptr
 
-    def expand(self, key: str, raw: Any) -> str:
-        """``${VAR}`` → the environment's value, remembered as a secret."""
+    def expand(self, key: str, raw: Any, *, header: bool = True) -> str:
+        """``${VAR}`` → the environment's value, remembered as a secret. A value that
+        goes into a header as it is must be one a header can carry byte for byte
+        (``header``): Latin-1 characters, no space at either end of the header."""
         value, secrets = expand_env(key, raw, self.env)
         self.secrets += secrets
-        if not value.isascii():
-            raise self.fail(key, "expands to non-ASCII characters, which a header cannot carry")
+        if header:
+            self.latin1(key, raw)
         return value
+
+    def latin1(self, key: str, raw: str) -> None:
+        """Refuse, naming the variable (never its value), text a header cannot carry:
+        a header is Latin-1 bytes, sent as they are, never re-encoded."""
+        for m in ENV_REF.finditer(raw):
+            if not _latin1(self.env.get(m.group(1), "")):
+                raise self.fail(
+                    key,
+                    f"environment variable {m.group(1)} holds characters outside Latin-1, "
+                    "which an HTTP header cannot carry as they are; set it to the exact "
+                    "text the API expects on the wire (settled sends it unchanged)",
+                )
+        if not _latin1(ENV_REF.sub("", raw)):
+            raise self.fail(
+                key, "holds characters outside Latin-1, which an HTTP header cannot carry"
+            )
+
+    def edges(self, key: str, raw: str, value: str, *, first: bool, last: bool) -> None:
+        """A header value that starts or ends with a space would arrive without it
+        (HTTP strips it): refused, naming the variable that brings the space."""
+        lead = first and value[:1].isspace()
+        trail = last and value[-1:].isspace()
+        if not (lead or trail):
+            return
+        edge = re.match(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", raw) if lead else None
+        if trail:
+            edge = re.search(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}$", raw) or edge
+        where = f"environment variable {edge.group(1)}" if edge else "the configured text"
+        raise self.fail(
+            key,
+            f"{where} puts a space at the {'start' if lead else 'end'} of the header value, "
+            "which HTTP strips in transit; remove it",
+        )
 
     def headers(self, key: str, value: Any) -> dict[str, str]:
         if not isinstance(value, Mapping):
@@ -220,6 +257,7 @@ class _Checker:
             if not _TOKEN.match(name):
                 raise self.fail(where, "is not a valid HTTP header name")
             out[name] = self.expand(where, raw)
+            self.edges(where, raw, out[name], first=True, last=True)
         return out
 
     def auth(self, key: str, value: Any) -> dict[str, str]:
@@ -234,6 +272,7 @@ class _Checker:
             token = self.expand(f"{key}.token", conf["token"])
             if not token:
                 raise self.fail(f"{key}.token", "is empty; set the variable it names")
+            self.edges(f"{key}.token", conf["token"], token, first=False, last=True)
             return {"Authorization": f"Bearer {token}"}
         if kind == "basic":
             if "token" in conf or "username" not in conf:
@@ -242,8 +281,9 @@ class _Checker:
                     'a basic auth takes username and password: { type = "basic", username = "${API_USER}", '
                     'password = "${API_PASSWORD}" }',
                 )
-            user = self.expand(f"{key}.username", conf["username"])
-            password = self.expand(f"{key}.password", conf.get("password", ""))
+            # Basic credentials travel as the base64 of their UTF-8 bytes: any text goes.
+            user = self.expand(f"{key}.username", conf["username"], header=False)
+            password = self.expand(f"{key}.password", conf.get("password", ""), header=False)
             if ":" in user:
                 raise self.fail(f"{key}.username", "must not contain ':' (HTTP Basic)")
             token = base64.b64encode(f"{user}:{password}".encode()).decode()
@@ -357,10 +397,12 @@ class _Checker:
         hidden = re.sub(r"\$\{[^}]*\}", hide, raw)
         text = _shape.parse_text(key, hidden, allowed, optional=False)
         parts: list[Any] = []
-        for part in text.parts:
-            if isinstance(part, str) and "\x00" in part:
+        for i, part in enumerate(text.parts):
+            if isinstance(part, str):
                 restored = re.sub(r"\x00(\d+)\x00", lambda m: refs[int(m.group(1))], part)
-                parts.append(self.expand(key, restored))
+                value = self.expand(key, restored)
+                self.edges(key, restored, value, first=i == 0, last=i == len(text.parts) - 1)
+                parts.append(value)
             else:
                 parts.append(part)
         return Text(tuple(parts))
@@ -857,10 +899,7 @@ class HttpProvider(BaseProvider):
                 query.append((name, _shape.as_text(_shape.Ref(f"query.{name}", False), v)))
         headers = dict(self._headers)
         for name, tmpl in call.headers.items():
-            value = _shape.render(tmpl, ctx)
-            headers[name] = header_value(
-                _shape.as_text(_shape.Ref(f"headers.{name}", False), value)
-            )
+            headers[name] = _header(name, tmpl, ctx)
         content = None
         if op is not None:
             if op.idempotency_header:
@@ -1194,6 +1233,33 @@ def _base_url(base: Any, shown: Any = None) -> str:
             'request.query, e.g. query = { api_version = "2" }'
         )
     return base.rstrip("/")
+
+
+def _latin1(text: str) -> bool:
+    try:
+        text.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _header(name: str, template: Text, ctx: Mapping[str, Any]) -> str:
+    """One header value: the configured text and its ``${VAR}`` values exactly as they
+    are (a SAS token's ``%2F`` stays ``%2F``); each placeholder's value written as a
+    header value (``header_value``: visible ASCII as is, anything else percent-encoded
+    once)."""
+    out = []
+    for part in template.parts:
+        if isinstance(part, str):
+            out.append(part)
+        else:
+            out.append(header_value(_shape.as_text(part, _shape.lookup(part, ctx))))
+    value = "".join(out)
+    if value != value.strip():
+        raise ShapeError(
+            f"header {name} would start or end with a space, which HTTP strips in transit"
+        )
+    return value
 
 
 def _key_from_param(name: str, params: Any) -> str:
