@@ -63,21 +63,36 @@ class Line:
 @dataclass
 class Settled:
     """What became of one line. ``report`` is None when nothing was sent for it: a
-    bad line (``problem``) or a conflict (``conflict``)."""
+    bad line (``problem``), a conflict (``conflict``), a retry refused (``refused``:
+    not FAILED, or the check made first refused it, rule 14; ``record`` is the record
+    as it then stands) or an id the ledger does not hold (``missing``)."""
 
     line: int
     action_id: str | None
     report: Report | None = None
     problem: str = ""
     conflict: bool = False
+    refused: bool = False
+    missing: bool = False
+    record: ActionRecord | None = None
+
+    @property
+    def outcome(self) -> str:
+        if self.report is not None:
+            return str(self.report.outcome)
+        if self.missing:
+            return "not_found"
+        if self.refused:
+            return "refused"
+        return "conflict" if self.conflict else "invalid"
 
     def to_json(self) -> dict[str, Any]:
         if self.report is not None:
             data = self.report.to_json()
         else:
-            outcome = "conflict" if self.conflict else "invalid"
-            data = {"action_id": self.action_id, "outcome": outcome, "result": None,
-                    "message": self.problem}  # fmt: skip
+            data = self.record.to_json() if self.record is not None else {
+                "action_id": self.action_id}  # fmt: skip
+            data.update(outcome=self.outcome, result=None, message=self.problem)
         return {"line": self.line, **data}
 
 
@@ -153,6 +168,7 @@ class _Claimed:
     record: ActionRecord
     taken: policy.Claim
     first: bool  # the first request of its group
+    declared: Declared  # what governs it (rule 11)
 
 
 @dataclass
@@ -164,14 +180,17 @@ class _Done:
     at: float = field(default_factory=time.monotonic)
 
 
-class BulkDispatch:
-    """One bulk run of ``provider.operation`` through ``dispatcher``."""
+class _BulkSend:
+    """The engine of a bulk run to one provider: groups of claims committed before
+    their requests leave (``_claim``, each kind of run its own), sends from a pool,
+    outcomes committed in groups, each line reported after its commit."""
 
-    def __init__(  # noqa: PLR0913  (submit_many's options, passed through)
+    needs_confirmation = False
+
+    def __init__(
         self,
         dispatcher: Dispatcher,
         provider: str,
-        operation: str,
         *,
         concurrency: int = 1,
         group: int = DEFAULT_GROUP,
@@ -183,16 +202,11 @@ class BulkDispatch:
             raise InvalidInput("concurrency and group size must be at least 1")
         self.d = dispatcher
         self.provider_name = provider
-        self.operation = operation
         self.concurrency = concurrency
         self.group = group
         self.gate = gate if gate is not None else Gate(concurrency)
         self.flush_after = flush_after
-        spec = dispatcher.registry.operation(provider, operation)  # UnknownProvider: nothing done
-        self.declared = Declared.of(spec)
-        self.needs_confirmation = bool(getattr(spec, "needs_confirmation", False))
-        self.provider = dispatcher.registry.provider(provider)
-        self._budget = policy.request_budget(self.declared, dispatcher.settings.backoff)
+        self.provider = dispatcher.registry.provider(provider)  # a config error: nothing done
         self._done: queue.SimpleQueue[_Done] = queue.SimpleQueue()
         self._inflight = 0
         self._queued: list[tuple[_Claimed, Future[None]]] = []  # handed to the pool
@@ -281,25 +295,6 @@ class BulkDispatch:
                 pass
         pool.shutdown(wait=True)
 
-    def _record_only(self, lines: Iterable[Line]) -> Iterator[Settled]:
-        """An operation that declares it needs confirmation: each line is recorded
-        (``PENDING``), never sent, exactly as a single dispatch would record it."""
-        for line in lines:
-            if self._stop_requested():
-                return
-            if line.problem or line.action_id is None:
-                yield Settled(line.number, line.action_id, problem=line.problem or "no action_id")
-                continue
-            try:
-                report = self.d.submit(self.provider_name, self.operation, line.params,
-                                       action_id=line.action_id, needs_confirmation=True)  # fmt: skip
-            except Conflict as exc:
-                yield Settled(line.number, line.action_id, problem=str(exc), conflict=True)
-            except InvalidInput as exc:
-                yield Settled(line.number, line.action_id, problem=str(exc))
-            else:
-                yield Settled(line.number, line.action_id, report)
-
     def _next(self, finished: list[_Done]) -> list[_Done]:
         """Every finished send there is, waiting for one at most until the oldest
         outcome in hand is due for its commit."""
@@ -316,61 +311,22 @@ class BulkDispatch:
             got.append(one)
         return got
 
-    # ------------------------------------------------------------------ claiming
-    def _claim(self, batch: list[Line], pool: ThreadPoolExecutor) -> Iterator[Settled]:
-        d = self.d
-        pairs: list[tuple[ActionRecord, policy.Claim]] = []
-        lines: list[int] = []
-        now = d.clock.now()
-        for line in batch:
-            if line.problem or line.action_id is None:
-                yield Settled(line.number, line.action_id, problem=line.problem or "no action_id")
-                continue
-            try:
-                d.registry.check_params(self.provider_name, self.operation, line.params)
-            except InvalidInput as exc:
-                yield Settled(line.number, line.action_id, problem=str(exc))
-                continue
-            rec = policy.new_record(
-                action_id=line.action_id, provider=self.provider_name, operation=self.operation,
-                params=line.params, declared=self.declared, now=now,
-            )  # fmt: skip
-            snapshot = None
-            if self.declared.snapshots:
-                # A snapshot is a query: never spend one on an id that already exists.
-                if d.ledger.find(rec.action_id) is None:
-                    snapshot = self.provider.snapshot(rec.operation, rec.params)
-            # The request may wait in the pool's queue: its lease covers that too.
-            rounds = (self._inflight + len(pairs)) // self.concurrency
-            taken = policy.claim(
-                rec, self.declared, now, actor=d.actor,
-                grace=d.settings.lease_grace + rounds * self._budget,
-                default_backoff=d.settings.backoff, snapshot=snapshot,
-            )  # fmt: skip
-            pairs.append((rec, taken))
-            lines.append(line.number)
-        if not pairs:
-            return
-        d.probe("before_claim")
-        results = d.ledger.record_and_claim_many(
-            [(rec, taken.move) for rec, taken in pairs], actor=d.actor
-        )
-        d.probe("after_group_claim")
-        claimed: list[_Claimed] = []
-        found: list[Settled] = []  # reported once every claim is on its way
-        for number, (rec, taken), (stored, created) in zip(lines, pairs, results, strict=True):
-            if created:
-                claimed.append(_Claimed(number, stored, taken, first=not claimed))
-                continue
-            try:
-                same_action(stored, rec)
-            except Conflict as exc:
-                found.append(Settled(number, rec.action_id, problem=str(exc), conflict=True))
-                continue
-            found.append(Settled(number, rec.action_id, _as_found(stored, EXISTS)))
-        self._send(claimed, pool)
-        yield from found
+    def _record_only(self, lines: Iterable[Line]) -> Iterator[Settled]:
+        raise NotImplementedError
 
+    def _claim(self, batch: list[Line], pool: ThreadPoolExecutor) -> Iterator[Settled]:
+        """Claim a group (one durable transaction) and hand what it claimed to ``_send``;
+        yield what could not be claimed."""
+        raise NotImplementedError
+
+    def _lease_grace(self, declared: Declared, ahead: int) -> float:
+        """A claimed request may wait in the pool's queue behind ``ahead`` others: its
+        lease covers one request budget per round of the pool ahead of it."""
+        rounds = (self._inflight + ahead) // self.concurrency
+        budget = policy.request_budget(declared, self.d.settings.backoff)
+        return self.d.settings.lease_grace + rounds * budget
+
+    # ------------------------------------------------------------------ sending
     def _send(self, claimed: list[_Claimed], pool: ThreadPoolExecutor) -> None:
         self._queued = [x for x in self._queued if not x[1].done()]
         for item in claimed:
@@ -380,7 +336,6 @@ class BulkDispatch:
             else:
                 self._queued.append((item, pool.submit(self._work, item)))
 
-    # ------------------------------------------------------------------ sending
     def _work(self, item: _Claimed) -> None:
         """One claimed action's tries (a pool thread); its outcome move, not written."""
         if self._stopping:  # the run stopped while this one waited in the pool's queue
@@ -389,7 +344,7 @@ class BulkDispatch:
         try:
             if not item.first:
                 self.d.probe("between_requests")
-            attempt = self.d._attempt(item.record, self.declared, self.provider, item.taken,
+            attempt = self.d._attempt(item.record, item.declared, self.provider, item.taken,
                                       self.gate)  # fmt: skip
             self._done.put(_Done(item, attempt, self.d._outcome_move(attempt)))
         except BaseException as exc:  # handed to the writing thread, which raises it
@@ -400,7 +355,7 @@ class BulkDispatch:
         """A claimed action whose request never started (the run stopped first): its
         outcome says so (``FAILED``, never sent), and ``settled retry`` may send it."""
         why = "never sent: the bulk run stopped before this request started"
-        attempt = Attempt(item.record, self.declared, item.taken, lapsed=True)
+        attempt = Attempt(item.record, item.declared, item.taken, lapsed=True)
         move = _reason(self.d._outcome_move(attempt), why)
         attempt.tries[-1]["detail"] = why  # the same list the outcome event carries
         self._done.put(_Done(item, attempt, move))
@@ -434,6 +389,192 @@ class BulkDispatch:
                 lost = d._not_recorded(x.attempt, x.move, exc)
                 report = Report(Outcome.DISPATCHED, rec, None, str(lost))
             yield Settled(x.item.line, rec.action_id, report)
+
+
+class BulkDispatch(_BulkSend):
+    """One bulk run of ``provider.operation`` through ``dispatcher``."""
+
+    def __init__(  # noqa: PLR0913  (submit_many's options, passed through)
+        self,
+        dispatcher: Dispatcher,
+        provider: str,
+        operation: str,
+        *,
+        concurrency: int = 1,
+        group: int = DEFAULT_GROUP,
+        gate: Gate | None = None,
+        flush_after: float = DEFAULT_FLUSH_AFTER,
+        stop_requested: Callable[[], bool] | None = None,
+    ) -> None:
+        spec = dispatcher.registry.operation(provider, operation)  # UnknownProvider: nothing done
+        super().__init__(dispatcher, provider, concurrency=concurrency, group=group, gate=gate,
+                         flush_after=flush_after, stop_requested=stop_requested)  # fmt: skip
+        self.operation = operation
+        self.declared = Declared.of(spec)
+        self.needs_confirmation = bool(getattr(spec, "needs_confirmation", False))
+
+    def _record_only(self, lines: Iterable[Line]) -> Iterator[Settled]:
+        """An operation that declares it needs confirmation: each line is recorded
+        (``PENDING``), never sent, exactly as a single dispatch would record it."""
+        for line in lines:
+            if self._stop_requested():
+                return
+            if line.problem or line.action_id is None:
+                yield Settled(line.number, line.action_id, problem=line.problem or "no action_id")
+                continue
+            try:
+                report = self.d.submit(self.provider_name, self.operation, line.params,
+                                       action_id=line.action_id, needs_confirmation=True)  # fmt: skip
+            except Conflict as exc:
+                yield Settled(line.number, line.action_id, problem=str(exc), conflict=True)
+            except InvalidInput as exc:
+                yield Settled(line.number, line.action_id, problem=str(exc))
+            else:
+                yield Settled(line.number, line.action_id, report)
+
+    # ------------------------------------------------------------------ claiming
+    def _claim(self, batch: list[Line], pool: ThreadPoolExecutor) -> Iterator[Settled]:
+        d = self.d
+        pairs: list[tuple[ActionRecord, policy.Claim]] = []
+        lines: list[int] = []
+        now = d.clock.now()
+        for line in batch:
+            if line.problem or line.action_id is None:
+                yield Settled(line.number, line.action_id, problem=line.problem or "no action_id")
+                continue
+            try:
+                d.registry.check_params(self.provider_name, self.operation, line.params)
+            except InvalidInput as exc:
+                yield Settled(line.number, line.action_id, problem=str(exc))
+                continue
+            rec = policy.new_record(
+                action_id=line.action_id, provider=self.provider_name, operation=self.operation,
+                params=line.params, declared=self.declared, now=now,
+            )  # fmt: skip
+            snapshot = None
+            if self.declared.snapshots:
+                # A snapshot is a query: never spend one on an id that already exists.
+                if d.ledger.find(rec.action_id) is None:
+                    snapshot = self.provider.snapshot(rec.operation, rec.params)
+            taken = policy.claim(
+                rec, self.declared, now, actor=d.actor,
+                grace=self._lease_grace(self.declared, len(pairs)),
+                default_backoff=d.settings.backoff, snapshot=snapshot,
+            )  # fmt: skip
+            pairs.append((rec, taken))
+            lines.append(line.number)
+        if not pairs:
+            return
+        d.probe("before_claim")
+        results = d.ledger.record_and_claim_many(
+            [(rec, taken.move) for rec, taken in pairs], actor=d.actor
+        )
+        d.probe("after_group_claim")
+        claimed: list[_Claimed] = []
+        found: list[Settled] = []  # reported once every claim is on its way
+        for number, (rec, taken), (stored, created) in zip(lines, pairs, results, strict=True):
+            if created:
+                claimed.append(_Claimed(number, stored, taken, not claimed, self.declared))
+                continue
+            try:
+                same_action(stored, rec)
+            except Conflict as exc:
+                found.append(Settled(number, rec.action_id, problem=str(exc), conflict=True))
+                continue
+            found.append(Settled(number, rec.action_id, _as_found(stored, EXISTS)))
+        self._send(claimed, pool)
+        yield from found
+
+
+class BulkRetry(_BulkSend):
+    """A bulk retry of FAILED records of one provider (``Dispatcher.retry_many``). For
+    each group: the check of rule 14 for every record (queried from the pool, judged
+    here; one whose effect is visible is corrected to CONFIRMED and refused, one that
+    cannot be checked is refused), then the reopens and claims of the others in ONE
+    durable transaction (``Ledger.claim_retries``) before any of their requests
+    leaves; sends and outcomes as a bulk dispatch's. Each record keeps the
+    declarations it was recorded with (rule 11)."""
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        provider: str,
+        *,
+        recheck: bool = True,
+        concurrency: int = 1,
+        group: int = DEFAULT_GROUP,
+        gate: Gate | None = None,
+        flush_after: float = DEFAULT_FLUSH_AFTER,
+    ) -> None:
+        super().__init__(dispatcher, provider, concurrency=concurrency, group=group, gate=gate,
+                         flush_after=flush_after)  # fmt: skip
+        self.recheck = recheck
+        from .reconcile import Reconciler
+
+        self.checker = Reconciler(dispatcher.ledger, dispatcher.registry, clock=dispatcher.clock,
+                                  actor="recheck", probe=dispatcher.probe)  # fmt: skip
+
+    def _claim(self, batch: list[Line], pool: ThreadPoolExecutor) -> Iterator[Settled]:
+        from .dispatch import retry_problem
+        from .reconcile import Recheck
+        from .resolve import NO_RECHECK
+
+        d = self.d
+        now = d.clock.now()
+        wanted: list[tuple[int, ActionRecord]] = []
+        for line in batch:
+            aid = line.action_id or ""
+            rec = d.ledger.find(aid)
+            if rec is None:
+                yield Settled(line.number, aid, problem=f"no action {aid!r}", missing=True)
+                continue
+            problem = retry_problem(rec)
+            if problem:
+                yield Settled(line.number, aid, problem=problem, refused=True, record=rec)
+                continue
+            wanted.append((line.number, rec))
+        if self.recheck:
+            asked = f"{d.actor} (retry)"
+            seen = self.checker.recheck_many([r for _, r in wanted], now, asked=asked, pool=pool)
+        else:
+            seen = [Recheck("skipped", NO_RECHECK, r) for _, r in wanted]
+        pairs: list[tuple[Move, policy.Claim, Declared]] = []
+        lines: list[int] = []
+        for (number, rec), check in zip(wanted, seen, strict=True):
+            if check.refuses:
+                yield Settled(number, rec.action_id, problem=str(check.refusal("the retry")),
+                              refused=True, record=check.record)  # fmt: skip
+                continue
+            declared = d._declared(rec)
+            reopen = policy.reopen(rec, declared, now, actor=d.actor, recheck=check.note)
+            fresh = moved(rec, reopen)
+            snapshot = (
+                self.provider.snapshot(rec.operation, rec.params) if declared.snapshots else None
+            )
+            taken = policy.claim(
+                fresh, declared, now, actor=d.actor,
+                grace=self._lease_grace(declared, len(pairs)),
+                default_backoff=d.settings.backoff, snapshot=snapshot,
+            )  # fmt: skip
+            pairs.append((reopen, taken, declared))
+            lines.append(number)
+        if not pairs:
+            return
+        d.probe("before_claim")
+        stored = d.ledger.claim_retries([(reopen, taken.move) for reopen, taken, _ in pairs])
+        d.probe("after_group_claim")
+        claimed: list[_Claimed] = []
+        lost: list[Settled] = []  # reported once every claim is on its way
+        for number, (reopen, taken, declared), rec in zip(lines, pairs, stored, strict=True):
+            if rec is not None:
+                claimed.append(_Claimed(number, rec, taken, not claimed, declared))
+                continue
+            now_is = d.ledger.get(reopen.action_id)
+            lost.append(Settled(number, reopen.action_id, refused=True, record=now_is,
+                                problem=f"action {reopen.action_id} changed to {now_is.status} "
+                                "before it could be retried (retried elsewhere?)"))  # fmt: skip
+        self._send(claimed, pool)
+        yield from lost
 
 
 _ENUMS: dict[str, Callable[[Any], Any]] = {
@@ -475,6 +616,7 @@ def _key(r: Settled) -> str:
 __all__ = [
     "DEFAULT_GROUP",
     "BulkDispatch",
+    "BulkRetry",
     "Line",
     "Settled",
     "id_problem",

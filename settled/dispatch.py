@@ -16,7 +16,7 @@ and the consistency window are over.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,6 +35,7 @@ from .throttle import Gate
 
 if TYPE_CHECKING:
     from .bulk import Line, Settled
+    from .reconcile import Recheck
 
 DEFAULT_LEASE_GRACE = 30.0
 DEFAULT_BACKOFF = 0.05  # s before the first repeat; doubles, capped at 2 s
@@ -199,6 +200,44 @@ class Dispatcher:
                             gate=gate, stop_requested=stop_requested)  # fmt: skip
         return bulk.run(lines)
 
+    def retry_many(
+        self,
+        action_ids: Iterable[str],
+        *,
+        recheck: bool = True,
+        concurrency: int | Mapping[str, int] = 1,
+        group: int | None = None,
+    ) -> Iterator[Settled]:
+        """Bulk retry (``settled.bulk.BulkRetry``): each FAILED record is checked first
+        (rule 14, as ``retry``), then reopened and claimed in groups, each group
+        committed before any of its requests leaves, and sent from ``concurrency``
+        threads (per provider, when a mapping). Yields one ``Settled`` per id, in
+        provider order, each after the commit that made it durable: refused ones
+        (not FAILED, contradicted, the effect visible, no check possible) with why,
+        unknown ids as ``missing``. A provider that cannot be built here fails its
+        records' lines (nothing sent for them); the others go on."""
+        from .bulk import DEFAULT_GROUP, BulkRetry, Line, Settled
+        from .errors import SettledError
+
+        lines: dict[str, list[Line]] = {}
+        for n, aid in enumerate(dict.fromkeys(action_ids), 1):
+            rec = self.ledger.find(aid)
+            if rec is None:
+                yield Settled(n, aid, problem=f"no action {aid!r}", missing=True)
+                continue
+            lines.setdefault(rec.provider, []).append(Line(n, aid))
+        size = group or self.settings.group or DEFAULT_GROUP
+        for provider, todo in lines.items():
+            threads = concurrency if isinstance(concurrency, int) else concurrency.get(provider, 1)
+            try:
+                bulk = BulkRetry(self, provider, recheck=recheck, concurrency=threads, group=size,
+                                 gate=Gate(threads))  # fmt: skip
+            except SettledError as exc:  # not configured here, or cannot be built
+                for line in todo:
+                    yield Settled(line.number, line.action_id, problem=f"not sent: {exc}")
+                continue
+            yield from bulk.run(todo)
+
     def confirm(self, action_id: str) -> Report:
         """Rule 8 (docs/rules.md): the late-confirmation race, answered honestly."""
         record = self.ledger.find(action_id)
@@ -216,33 +255,43 @@ class Dispatcher:
             return self._send(record)
         return Report(Outcome.IN_PROGRESS, record, None, f"already {record.status}")
 
-    def retry(self, action_id: str) -> Report:
+    def retry(self, action_id: str, *, recheck: bool = True) -> Report:
         """Open attempt N+1 (new idempotency key) — only from FAILED, i.e. after
-        evidence that the previous attempt did not apply — and dispatch it."""
+        evidence that the previous attempt did not apply — and dispatch it.
+
+        On an operation that has a query, the world is checked first (rule 14): when
+        the effect of the last attempt is visible, the retry is refused
+        (``EffectVisible``) and the record is corrected to CONFIRMED by that evidence;
+        when the check cannot be made or cannot tell, it is refused (``RecheckFailed``)
+        unless ``recheck`` is false, which the retry's event records."""
         record = self.ledger.get(action_id)
-        if record.status is Status.DENIED_UNRESOLVED:
-            raise TransitionNotAllowed(
-                f"action {action_id} is DENIED_UNRESOLVED: the last attempt may have applied; "
-                "run `settled reconcile` or `settled resolve` first"
-            )
-        if record.status is not Status.FAILED:
-            raise TransitionNotAllowed(
-                f"action {action_id} is {record.status}; retry is allowed only from FAILED"
-            )
-        if record.contradiction:
-            raise TransitionNotAllowed(
-                f"action {action_id} is FAILED, but later evidence contradicts it "
-                f"({record.contradiction}); `settled resolve` it first"
-            )
+        problem = retry_problem(record)
+        if problem:
+            raise TransitionNotAllowed(problem)
         declared = self._declared(record)
+        note = self.recheck(record, recheck=recheck).note
         reopened = self.ledger.move(
-            policy.reopen(record, declared, self.clock.now(), actor=self.actor)
+            policy.reopen(record, declared, self.clock.now(), actor=self.actor, recheck=note)
         )
         if reopened is None:  # someone else retried first
             return Report(
                 Outcome.IN_PROGRESS, self.ledger.get(action_id), None, "retried elsewhere"
             )
         return self._send(reopened)
+
+    def recheck(self, record: ActionRecord, *, recheck: bool = True) -> Recheck:
+        """The check before a retry of ``record`` (rule 14), raising when it refuses
+        the retry; ``recheck`` false skips it (its note says so)."""
+        from .reconcile import Recheck, Reconciler
+
+        if not recheck:
+            return Recheck("skipped", "skipped (--no-recheck)", record)
+        checker = Reconciler(self.ledger, self.registry, clock=self.clock, actor="recheck",
+                             probe=self.probe)  # fmt: skip
+        seen = checker.recheck(record, self.clock.now(), asked=f"{self.actor} (retry)")
+        if seen.refuses:
+            raise seen.refusal("the retry")
+        return seen
 
     # ---------------------------------------------------------------- the send
     def _declared(self, record: ActionRecord) -> Declared:
@@ -449,6 +498,24 @@ class Dispatcher:
         Reconciler(self.ledger, self.registry, clock=self.clock, actor=self.actor,
                    probe=self.probe).run_ids([record.action_id])  # fmt: skip
         return self.ledger.get(record.action_id)
+
+
+def retry_problem(record: ActionRecord) -> str:
+    """Why ``record`` cannot be retried now (rule 6), or "" when it can."""
+    aid = record.action_id
+    if record.status is Status.DENIED_UNRESOLVED:
+        return (
+            f"action {aid} is DENIED_UNRESOLVED: the last attempt may have applied; "
+            "run `settled reconcile` or `settled resolve` first"
+        )
+    if record.status is not Status.FAILED:
+        return f"action {aid} is {record.status}; retry is allowed only from FAILED"
+    if record.contradiction:
+        return (
+            f"action {aid} is FAILED, but later evidence contradicts it "
+            f"({record.contradiction}); `settled resolve` it first"
+        )
+    return ""
 
 
 _NO_GATE = nullcontext()  # reusable: the single path holds no provider slot

@@ -13,6 +13,10 @@
     ├── NotFound                     no action with that id
     └── Conflict                     same id, other params; or a move not allowed now
         └── TransitionNotAllowed     a status move outside the transition table
+            ├── EffectVisible        a "not applied" verdict or a retry, refused: the check
+            │                        made first saw the effect, and the record settled by it
+            └── RecheckFailed        the same, refused: that check could not be made or
+                                     could not tell (rule 14; --no-recheck overrides)
 
 The CLI maps each to an exit code (the exit codes in the README) and a one-line message
 (``settled.cli``); the storage backends map their drivers' errors into this tree at
@@ -93,3 +97,19 @@ class Conflict(SettledError):
 
 class TransitionNotAllowed(Conflict):
     pass
+
+
+class EffectVisible(TransitionNotAllowed):
+    """A person's "not applied" verdict, or a retry, refused because the check made
+    first observed the effect (rule 14). ``record`` is the record as that evidence
+    settled it."""
+
+    def __init__(self, message: str, record: object) -> None:
+        super().__init__(message)
+        self.record = record
+
+
+class RecheckFailed(TransitionNotAllowed):
+    """A person's "not applied" verdict, or a retry, refused because the check made
+    first could not be made (provider unreachable, not usable here, throttled) or
+    could not tell; nothing was written (rule 14)."""

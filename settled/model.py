@@ -17,6 +17,7 @@ from .clock import plus
 from .errors import InvalidInput, TransitionNotAllowed
 
 DEFAULT_CONSISTENCY_WINDOW = 30.0
+DEFAULT_MIN_CHECKS = 3  # checks made before a verification budget may be given up (rule 15)
 
 
 class Tier(StrEnum):
@@ -111,9 +112,21 @@ CORRECTIONS: frozenset[tuple[Status, Status]] = frozenset(
     {(Status.FAILED, Status.CONFIRMED), (Status.CONFIRMED, Status.FAILED)}
 )
 
+# Evidence may correct a FAILED record the other way: a query that observes the effect
+# of the attempt that FAILED (the check made before a person's "not applied" verdict is
+# acted on, rule 14) outweighs the verdict. Only a ``reconciled`` event makes it, only
+# on the same attempt, and never the reverse: an absence never undoes an observation.
+EVIDENCE_CORRECTIONS: frozenset[tuple[Status, Status]] = frozenset(
+    {(Status.FAILED, Status.CONFIRMED)}
+)
 
-def check_transition(frm: Status, to: Status, *, correction: bool = False) -> None:
+
+def check_transition(
+    frm: Status, to: Status, *, correction: bool = False, by_evidence: bool = False
+) -> None:
     if (frm, to) in TRANSITIONS or (correction and (frm, to) in CORRECTIONS):
+        return
+    if by_evidence and (frm, to) in EVIDENCE_CORRECTIONS:
         return
     raise TransitionNotAllowed(f"{frm} → {to} is not an allowed move")
 
@@ -206,6 +219,9 @@ class Declared:
     backoff: float | None = None
     verify_interval: float = 2.0
     verify_deadline: float = 300.0
+    # Rule 15: given up only after this many checks, each at least verify_interval after
+    # the one before. Records stored before it existed read as the default.
+    verify_min_checks: int = DEFAULT_MIN_CHECKS
     queryable: bool = False
     carries_key: bool = False
     snapshots: bool = False
@@ -224,6 +240,7 @@ class Declared:
             backoff=getattr(spec, "backoff", None),
             verify_interval=float(spec.verify_interval),
             verify_deadline=float(spec.verify_deadline),
+            verify_min_checks=int(getattr(spec, "verify_min_checks", DEFAULT_MIN_CHECKS)),
             queryable=bool(spec.queryable),
             carries_key=bool(spec.carries_key),
             snapshots=bool(spec.snapshots),
@@ -281,6 +298,8 @@ RECORD_FIELDS = (
     "lands_by",
     "contradiction",
     "declared",
+    "counted_checks",
+    "check_error",
 )
 
 
@@ -293,7 +312,13 @@ class ActionRecord:
     a request after its lease lapses); an absence observed before it proves nothing.
     ``contradiction`` says why later evidence disagrees with a terminal status; it
     blocks ``retry`` until a person resolves it. ``declared`` is the operation's
-    declarations when the action was recorded (None on records older than that)."""
+    declarations when the action was recorded (None on records older than that).
+
+    ``checks`` counts every attempt to check the record; ``counted_checks`` those that
+    spend its verification budget (rule 15: each at least ``verify_interval`` after the
+    one before, so an early forced check does not count). ``check_error`` says why the
+    last attempt could not check anything (the provider unreachable or unusable); a
+    check that got an answer clears it."""
 
     action_id: str
     provider: str
@@ -325,6 +350,8 @@ class ActionRecord:
     lands_by: str | None = None
     contradiction: str | None = None
     declared: Declared | None = None
+    counted_checks: int = 0
+    check_error: str | None = None
     verify_started_at: str | None = field(default=None, repr=False)
     snapshot: Any = field(default=None, repr=False)
 

@@ -20,7 +20,7 @@ and ask this module what every answer means. The rules in force (docs/rules.md):
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -396,7 +396,7 @@ def late_outcome(
         if intended.to in (Status.CONFIRMED, Status.FAILED):
             moved = {k: v for k, v in intended.values.items()
                      if k not in ("lease_owner", "lease_expires_at")}  # fmt: skip
-            moved["next_check_at"] = None
+            moved.update(next_check_at=None, check_error=None)
             return Move(current.action_id, Status.DENIED_UNRESOLVED, intended.to, at, actor,
                         EventKind.LATE_OUTCOME, values=moved, detail=detail)  # fmt: skip
         return Move(current.action_id, Status.DENIED_UNRESOLVED, Status.DENIED_UNRESOLVED, at,
@@ -518,27 +518,28 @@ def needs_person(rec: ActionRecord, now: datetime, *, owner: str, actor: str) ->
 
 
 def unresolved(
-    rec: ActionRecord, now: datetime, why: str, evidence: dict[str, Any], *, owner: str,
-    actor: str,
+    rec: ActionRecord, now: datetime, why: str, evidence: dict[str, Any], *, owner: str | None,
+    actor: str, tally: dict[str, Any] | None = None,
 ) -> Move:  # fmt: skip
+    """Into the queue for a person, with the evidence gathered; ``tally`` is the check
+    that led here (``checks``, ``counted_checks``, ``check_error``), when one did."""
     return Move(
         rec.action_id, rec.status, Status.DENIED_UNRESOLVED, to_text(now), actor,
         EventKind.UNRESOLVED, values={"lease_owner": None, "next_check_at": None, "reason": why,
-                                      "checks": rec.checks + (1 if evidence else 0)},
+                                      **(tally or {})},
         detail={**evidence, "reason": why}, owner=owner,
     )  # fmt: skip
 
 
 def wait_again(
-    rec: ActionRecord, now: datetime, until: datetime, reason: str, *, owner: str,
-    extra: dict[str, Any] | None = None, counted: bool = True,
+    rec: ActionRecord, now: datetime, until: datetime, reason: str, *, owner: str | None,
+    extra: dict[str, Any] | None = None,
 ) -> Move:  # fmt: skip
     """Release the record with its next check at ``until``; no status change, no
-    event (a check that found nothing new, or one that could not run)."""
+    event: a check that found nothing new (``extra`` carries its tally), or one that
+    could not run, which spends nothing (rule 15)."""
     values: dict[str, Any] = {"lease_owner": None, "reason": reason,
                               "next_check_at": to_text(until), **(extra or {})}  # fmt: skip
-    if counted:
-        values["checks"] = rec.checks + 1
     return Move(rec.action_id, rec.status, rec.status, to_text(now), "", None, values=values,
                 owner=owner)  # fmt: skip
 
@@ -574,48 +575,171 @@ def weigh(rec: ActionRecord, declared: Declared, obs: Observation, now: datetime
     return obs
 
 
+def spends_budget(rec: ActionRecord, now: datetime) -> bool:
+    """Whether a check of ``rec`` made now spends its verification budget (rule 15):
+    one made at or after its scheduled time. Every check schedules the next at least
+    ``verify_interval`` later, so the checks that count are that far apart; a check
+    forced earlier (``reconcile ID``, the check before a verdict) is evidence all the
+    same, but does not count towards ``verify_min_checks``."""
+    due = from_text(rec.next_check_at)
+    return due is None or now >= due
+
+
+def check_error(obs: Observation) -> str | None:
+    """Why a check could not observe anything (the provider unreachable, unusable, or
+    an answer it could not read), or None when it got an answer."""
+    if obs.seen is not Seen.UNKNOWN:
+        return None
+    return one_line(obs.detail)[:DETAIL] or "the query failed"
+
+
 def judge(
-    rec: ActionRecord, declared: Declared, obs: Observation, now: datetime, *, owner: str,
-    actor: str, interval: float | None = None,
+    rec: ActionRecord, declared: Declared, obs: Observation, now: datetime, *,
+    owner: str | None, actor: str,
 ) -> Move:  # fmt: skip
     """Where a checked record goes: applied → CONFIRMED; provably absent → FAILED;
-    anything else → checked again within the verification budget, after which it is
-    unresolved with the evidence gathered. Never CONFIRMED on a budget."""
+    anything else → checked again, every ``verify_interval``, until the verification
+    budget is spent: its deadline has passed AND ``verify_min_checks`` checks that
+    count were made (rule 15: time with no reconciler running spends nothing; an
+    attempt that could not reach the provider counts). Then it is unresolved with the
+    evidence gathered and a reason that says which of the causes it was. Never
+    CONFIRMED on a budget."""
     at = to_text(now)
     shown = f" ({one_line(obs.detail)[:DETAIL]})" if obs.detail else ""
-    evidence = {"seen": str(obs.seen), "detail": one_line(obs.detail)[:300],
-                "check": rec.checks + 1, **dict(obs.evidence)}  # fmt: skip
+    n = rec.checks + 1
+    counts = spends_budget(rec, now)
+    error = check_error(obs)
+    tally: dict[str, Any] = {"checks": n, "check_error": error,
+                             "counted_checks": rec.counted_checks + (1 if counts else 0)}  # fmt: skip
+    evidence = {"seen": str(obs.seen), "detail": one_line(obs.detail)[:300], "check": n,
+                "counted": counts, **dict(obs.evidence)}  # fmt: skip
     if obs.seen in (Seen.APPLIED, Seen.NOT_APPLIED):
-        values: dict[str, Any] = {"lease_owner": None, "next_check_at": None,
-                                  "checks": rec.checks + 1}  # fmt: skip
-        if obs.object_id:
-            values["provider_object_id"] = obs.object_id
+        values: dict[str, Any] = {"lease_owner": None, "next_check_at": None, **tally}
         if obs.seen is Seen.APPLIED:
             to = Status.CONFIRMED
             reason = "effect observed by reconciliation" + (f": {shown[2:-1]}" if shown else "")
-            values.update(acceptance=str(Acceptance.APPLIED), delivery=str(Delivery.DELIVERED),
-                          confirmed_at=at, confirmed_by="reconciliation", reason=None)  # fmt: skip
+            values.update(_applied(obs, at))
         else:
             to = Status.FAILED
             reason = "reconciliation proved the effect absent" + (
                 f": {shown[2:-1]}" if shown else ""
             )
+            if obs.object_id:
+                values["provider_object_id"] = obs.object_id
             values.update(acceptance=str(Acceptance.NOT_APPLIED), reason=reason)
         return Move(rec.action_id, rec.status, to, at, actor, EventKind.RECONCILED, values=values,
                     detail={**evidence, "reason": reason}, owner=owner)  # fmt: skip
     deadline = from_text(rec.verify_deadline_at)
-    budget: dict[str, Any] = {}
     if deadline is None and rec.checks == 0:  # expired where the provider was unknown
         deadline = plus(now, declared.verify_deadline)
-        budget = {"verify_started_at": at, "verify_deadline_at": to_text(deadline)}
-    if deadline is None or now >= deadline:
-        why = f"verification budget spent after {rec.checks + 1} check(s); last: {obs.seen}{shown}"
-        return unresolved(rec, now, why, evidence, owner=owner, actor=actor)
-    nxt = min(plus(now, interval if interval is not None else declared.verify_interval), deadline)
+        tally.update(verify_started_at=at, verify_deadline_at=to_text(deadline))
+    late = deadline is None or now >= deadline
+    enough = tally["counted_checks"] >= declared.verify_min_checks
+    if late and enough:
+        why = _given_up(rec, obs, n, error, shown)
+        return unresolved(rec, now, why, evidence, owner=owner, actor=actor, tally=tally)
+    # Never capped at the deadline: the checks that count stay verify_interval apart.
+    nxt = plus(now, declared.verify_interval)
     eligible = from_text(rec.eligible_at)
     if eligible is not None and nxt < eligible:
         nxt = eligible  # an early (forced) check: the scheduled one still runs
-    return wait_again(rec, now, nxt, f"checked: {obs.seen}{shown}", owner=owner, extra=budget)
+    why = _waiting(rec, obs, n, error, shown)
+    if late:
+        why += (
+            f"; past its deadline: {tally['counted_checks']} of at least "
+            f"{declared.verify_min_checks} checks made"
+        )
+    return wait_again(rec, now, nxt, why, owner=owner, extra=tally)
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
+
+
+def _lost(rec: ActionRecord) -> bool:
+    """The send got no answer (a timeout, a reset, a lost dispatcher): the reply was lost."""
+    return rec.delivery is Delivery.UNKNOWN
+
+
+def _waiting(rec: ActionRecord, obs: Observation, n: int, error: str | None, shown: str) -> str:
+    """The reason of a record that is checked again: what its last check saw, and for
+    an unresolved one why it is unresolved (the queue's ``why``)."""
+    if error is not None:
+        return f"could not be checked ({n} attempt{_s(n)} so far): {error}"
+    if rec.status is Status.DENIED_UNRESOLVED and _lost(rec):
+        return f"the send got no answer (reply lost); checked: {obs.seen}{shown}"
+    return f"checked: {obs.seen}{shown}"
+
+
+def _given_up(rec: ActionRecord, obs: Observation, n: int, error: str | None, shown: str) -> str:
+    """Why a record's verification budget is spent, telling the causes apart: it could
+    not be checked at all, its reply was lost, or it was accepted and never seen."""
+    if error is not None:
+        if n == 1 or rec.check_error is not None:
+            return f"could not be checked after {n} attempt{_s(n)}: {error}"
+        return (
+            f"verification budget spent after {n} check{_s(n)}; the last could not be made: {error}"
+        )
+    if _lost(rec):
+        what = "the send got no answer (reply lost) and the effect never became visible"
+    else:
+        what = "accepted but never visible"
+    return f"verification budget spent after {n} check{_s(n)}: {what}; last: {obs.seen}{shown}"
+
+
+def _applied(obs: Observation, at: str) -> dict[str, Any]:
+    """What an observation of the effect writes: confirmed by reconciliation."""
+    values: dict[str, Any] = {
+        "acceptance": str(Acceptance.APPLIED), "delivery": str(Delivery.DELIVERED),
+        "confirmed_at": at, "confirmed_by": "reconciliation", "reason": None,
+        "check_error": None,
+    }  # fmt: skip
+    if obs.object_id:
+        values["provider_object_id"] = obs.object_id
+    return values
+
+
+# -- a verdict weighed against the world (rule 14) -------------------------------------------
+
+
+def recheck_needed(rec: ActionRecord, declared: Declared | None) -> str:
+    """Whether a person's "not applied" verdict, or a retry, must first check the world
+    (rule 14): "" when it must, else why no check can add anything. ``declared`` None:
+    the declarations are not known here, so a check is needed (and cannot be made)."""
+    if rec.requires_manual_verification or (declared is not None and not declared.queryable):
+        return "no query can observe this effect"
+    if rec.delivery is Delivery.FAILED and not rec.contradiction:
+        return "nothing reached the provider"
+    return ""
+
+
+def by_evidence(
+    rec: ActionRecord, declared: Declared, obs: Observation, now: datetime, *, actor: str,
+    asked: str,
+) -> Move:  # fmt: skip
+    """The check made before a verdict or a retry saw the effect (rule 14): the record
+    settles by that evidence. An open record is CONFIRMED as by any check; a FAILED
+    one is corrected to CONFIRMED (``model.EVIDENCE_CORRECTIONS``, on its attempt);
+    a CONFIRMED one whose status a later reply contradicted keeps it, the flag cleared
+    by what was seen. ``asked`` says whose verdict or retry the check was made for."""
+    at = to_text(now)
+    if rec.status in (Status.AWAITING_VERIFICATION, Status.DENIED_UNRESOLVED):
+        move = judge(rec, declared, obs, now, owner=None, actor=actor)
+        return replace(move, detail={**move.detail, "recheck_for": asked})
+    shown = one_line(obs.detail)[:DETAIL]
+    detail = {"seen": str(obs.seen), "detail": one_line(obs.detail)[:300], "recheck_for": asked,
+              **dict(obs.evidence)}  # fmt: skip
+    checks = {"checks": rec.checks + 1, "check_error": None}
+    if rec.status is Status.FAILED:
+        reason = "effect observed by reconciliation" + (f": {shown}" if shown else "")
+        values = {**_applied(obs, at), **checks, "contradiction": None, "next_check_at": None}
+        return Move(rec.action_id, Status.FAILED, Status.CONFIRMED, at, actor,
+                    EventKind.RECONCILED, values=values, detail={**detail, "reason": reason},
+                    attempt=rec.attempt, by_evidence=True)  # fmt: skip
+    return Move(rec.action_id, rec.status, rec.status, at, actor, EventKind.NOTE,
+                values={"contradiction": None, **checks},
+                detail={**detail, "reason": "the effect is observed: the status stands"},
+                attempt=rec.attempt)  # fmt: skip
 
 
 # -- callbacks (rule 16) ---------------------------------------------------------------------
@@ -662,7 +786,7 @@ def callback(pending: PendingCallback, rec: ActionRecord, now: datetime) -> Move
         if open_:
             values = {"acceptance": str(Acceptance.APPLIED), "delivery": str(Delivery.DELIVERED),
                       "confirmed_at": at, "confirmed_by": actor, "next_check_at": None,
-                      "lease_owner": None, "reason": None}  # fmt: skip
+                      "lease_owner": None, "reason": None, "check_error": None}  # fmt: skip
             return _moved(rec, Status.CONFIRMED, at, actor, detail, f"{said}: the effect", values)
         if rec.status is Status.FAILED:
             flag = f"{said} after the record became FAILED; resolve it before any retry"
@@ -672,7 +796,8 @@ def callback(pending: PendingCallback, rec: ActionRecord, now: datetime) -> Move
         if open_:
             reason = f"the provider's {said}: not applied"
             values = {"acceptance": str(Acceptance.NOT_APPLIED), "delivery": str(Delivery.DELIVERED),
-                      "next_check_at": None, "lease_owner": None, "reason": reason}  # fmt: skip
+                      "next_check_at": None, "lease_owner": None, "reason": reason,
+                      "check_error": None}  # fmt: skip
             return _moved(rec, Status.FAILED, at, actor, detail, reason, values)
         if rec.status is Status.CONFIRMED:
             flag = f"{said} although the effect was observed; check what the provider holds"
@@ -709,8 +834,11 @@ def _moved(
 # -- people ----------------------------------------------------------------------------------
 
 
-def reopen(rec: ActionRecord, declared: Declared, now: datetime, *, actor: str) -> Move:
-    """``FAILED → PENDING``: attempt N+1 with a new idempotency key, guarded on N."""
+def reopen(
+    rec: ActionRecord, declared: Declared, now: datetime, *, actor: str, recheck: str | None = None
+) -> Move:
+    """``FAILED → PENDING``: attempt N+1 with a new idempotency key, guarded on N.
+    ``recheck`` says what the check made before it saw (rule 14), for the event."""
     attempt = rec.attempt + 1
     strategy = build_strategy(
         declared.tier, now, declared.consistency_window, carries_key=declared.carries_key,
@@ -733,33 +861,46 @@ def reopen(rec: ActionRecord, declared: Declared, now: datetime, *, actor: str) 
         "verify_deadline_at": None,
         "lands_by": None,
         "checks": 0,
+        "counted_checks": 0,
+        "check_error": None,
         "reason": None,
         "snapshot": None,
     }
+    detail: dict[str, Any] = {"attempt": attempt, "previous_idempotency_key": rec.idempotency_key}
+    if recheck is not None:
+        detail["recheck"] = recheck
     return Move(rec.action_id, Status.FAILED, Status.PENDING, to_text(now), actor,
-                EventKind.RETRY, values=values,
-                detail={"attempt": attempt, "previous_idempotency_key": rec.idempotency_key},
-                attempt=rec.attempt)  # fmt: skip
+                EventKind.RETRY, values=values, detail=detail, attempt=rec.attempt)  # fmt: skip
 
 
-def resolution(
+def resolution(  # noqa: PLR0913  (keyword-only: the verdict's fields)
     rec: ActionRecord, *, applied: bool, reason: str, by: str, now: datetime,
-    evidence: str | None = None, object_id: str | None = None,
+    evidence: str | None = None, object_id: str | None = None, recheck: str | None = None,
+    checked: bool = False,
 ) -> Move | None:  # fmt: skip
     """A person's attested verdict: from DENIED_UNRESOLVED; from AWAITING_VERIFICATION
     when only a person can verify it; and on a terminal record that later evidence
-    contradicts (correcting its status, or clearing the flag). None: not allowed."""
+    contradicts (correcting its status, or clearing the flag). None: not allowed.
+
+    ``recheck`` says what the check made before a "not applied" verdict saw, or why
+    none was made (rule 14); ``checked``: that check queried the provider."""
     actor = f"operator:{by}"
     at = to_text(now)
     to = Status.CONFIRMED if applied else Status.FAILED
-    detail = {"verdict": "applied" if applied else "not_applied", "reason": reason,
-              "evidence": evidence, "object_id": object_id, "by": by}  # fmt: skip
+    detail: dict[str, Any] = {"verdict": "applied" if applied else "not_applied",
+                              "reason": reason, "evidence": evidence, "object_id": object_id,
+                              "by": by}  # fmt: skip
+    if recheck is not None:
+        detail["recheck"] = recheck
+    tally: dict[str, Any] = {"checks": rec.checks + 1, "check_error": None} if checked else {}
     values: dict[str, Any] = {
         "next_check_at": None,
         "lease_owner": None,
         "acceptance": str(Acceptance.APPLIED if applied else Acceptance.NOT_APPLIED),
         "reason": f"resolved by {actor}: {reason}",
         "contradiction": None,
+        "check_error": None,
+        **tally,
     }
     if applied:
         values.update(confirmed_at=at, confirmed_by=actor, delivery=str(Delivery.DELIVERED))
@@ -768,7 +909,7 @@ def resolution(
     if rec.terminal and rec.contradiction:
         if rec.status is to:  # the status stands: the flag is cleared, with the evidence
             return Move(rec.action_id, rec.status, rec.status, at, actor, EventKind.NOTE,
-                        values={"contradiction": None}, detail=detail)  # fmt: skip
+                        values={"contradiction": None, **tally}, detail=detail)  # fmt: skip
         return Move(rec.action_id, rec.status, to, at, actor, EventKind.RESOLVED, values=values,
                     detail=detail, correction=True)  # fmt: skip
     allowed = rec.status is Status.DENIED_UNRESOLVED or (
@@ -798,7 +939,9 @@ __all__ = [
     "Verdict",
     "absence_counts_from",
     "backoff",
+    "by_evidence",
     "callback",
+    "check_error",
     "claim",
     "classify",
     "contradiction",
@@ -808,12 +951,14 @@ __all__ = [
     "needs_person",
     "new_record",
     "outcome",
+    "recheck_needed",
     "reopen",
     "repeats",
     "request_budget",
     "request_for",
     "resolution",
     "settle_verdict",
+    "spends_budget",
     "target_for",
     "throttled",
     "unresolved",

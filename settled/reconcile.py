@@ -31,7 +31,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -39,7 +39,13 @@ from typing import Any
 from . import policy
 from .clock import Clock, from_text, plus, to_text
 from .crashpoints import Probe, no_probe
-from .errors import SettledError, UnknownProvider
+from .errors import (
+    EffectVisible,
+    RecheckFailed,
+    SettledError,
+    TransitionNotAllowed,
+    UnknownProvider,
+)
 from .model import ActionRecord, Declared, Status
 from .providers.base import Observation, OperationSpec, Providers, Seen
 from .storage import DUE_STATUSES, Ledger, Move
@@ -50,7 +56,7 @@ DEFAULT_LEASE = 60.0  # s a reconciler holds a row; at least 2 × the query time
 DEFAULT_FLUSH_AFTER = 0.2  # s an observed result may wait for its batch's commit
 DEFAULT_QUERY_HOLD = 1.0  # s a provider is left alone after a 429/503 without Retry-After
 
-__all__ = ["DUE_STATUSES", "Change", "PassReport", "Reconciler", "why_unchecked"]
+__all__ = ["DUE_STATUSES", "Change", "PassReport", "Recheck", "Reconciler", "why_unchecked"]
 
 
 @dataclass
@@ -67,6 +73,7 @@ class Change:
     seen: str | None = None  # what the check observed, when a check ran
     provider: str = ""
     operation: str = ""
+    error: str | None = None  # why this attempt could not check anything (it still counts)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -78,6 +85,7 @@ class Change:
             "reason": self.reason,
             "next_check_at": self.next_check_at,
             "seen": self.seen,
+            "error": self.error,
         }
 
 
@@ -89,6 +97,10 @@ class PassReport:
     skipped: list[Change] = field(default_factory=list)  # not checked, and why
     stopped: bool = False  # stop_requested() ended the pass early; the rest was handed back
     callbacks_expired: int = 0  # kept callbacks that outlived their pending_expiry this pass
+    # Providers configured here that could not be built (a missing ${VAR}...): name → why.
+    # Their records' checks were attempts that failed; a provider simply not configured
+    # here is not one of them (another host has it).
+    unusable: dict[str, str] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -105,7 +117,56 @@ class PassReport:
             "counts": self.counts(),
             "stopped": self.stopped,
             "callbacks_expired": self.callbacks_expired,
+            "unusable": dict(self.unusable),
         }
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """What the check made before a person's "not applied" verdict, or before a retry,
+    saw (rule 14). ``found``:
+
+    - ``visible``: the effect is there; the record has settled by that evidence
+      (``record`` as it now stands) and the verdict or retry must be refused;
+    - ``unclear``: something changed that cannot be attributed; refused;
+    - ``impossible``: no check could be made here now (unreachable, unusable, not
+      configured here, throttled); refused;
+    - ``absent`` (proof of absence), ``not_visible`` (nothing yet): go ahead;
+    - ``not_needed``: no query can observe the effect, or nothing was delivered;
+    - ``skipped``: the caller said not to check (``--no-recheck``).
+
+    ``note`` says it in words, for the event and the messages; ``queried``: the
+    provider was asked."""
+
+    found: str
+    note: str
+    record: ActionRecord
+    queried: bool = False
+
+    @property
+    def refuses(self) -> bool:
+        return self.found in ("visible", "unclear", "impossible")
+
+    def refusal(self, what: str) -> SettledError:
+        """The error that refuses ``what`` ("the verdict", "the retry")."""
+        aid = self.record.action_id
+        if self.found == "visible":
+            by = self.record.confirmed_by or "reconciliation"
+            return EffectVisible(
+                f"action {aid}: {what} is refused: the check made first sees the effect "
+                f"({self.note}); the record is now {self.record.status} (confirmed_by {by})",
+                self.record,
+            )
+        sure = "add --no-recheck only if you are sure nothing was applied"
+        if self.found == "unclear":
+            return RecheckFailed(
+                f"action {aid}: {what} is refused: the check made first cannot tell "
+                f"({self.note}); nothing recorded; look at the provider, then {sure}"
+            )
+        return RecheckFailed(
+            f"action {aid}: {what} is refused: the check made first could not be made "
+            f"({self.note}); nothing recorded; try again when it can, or {sure}"
+        )
 
 
 class _Group:
@@ -198,6 +259,7 @@ class Reconciler:
         self.gates = Gates(limits)
         self._specs: dict[tuple[str, str], tuple[OperationSpec | None, str]] = {}
         self._today: dict[tuple[str, str], tuple[Declared | None, str]] = {}  # per pass
+        self._unusable: dict[str, str] = {}  # per pass: providers that could not be built
 
     # ------------------------------------------------------------ passes
     def run_due(self, limit: int | None = None) -> PassReport:
@@ -211,8 +273,7 @@ class Reconciler:
         rest of the batch is handed back (lease released, due time unchanged) so that
         another reconciler takes it at once."""
         report = PassReport()
-        self._specs.clear()  # looked up once per operation and pass
-        self._today.clear()
+        self._new_pass()
         group = _Group(self.ledger, self.flush_after)
         cutoff = to_text(self.clock.now())
         taken = 0
@@ -257,6 +318,7 @@ class Reconciler:
                         break
         finally:
             group.flush()
+            report.unusable = dict(self._unusable)
         return report
 
     def _match_kept(self, action_id: str, report: PassReport) -> None:
@@ -279,6 +341,12 @@ class Reconciler:
             rec = self.ledger.find(move.action_id)
             if rec is not None:
                 self._note_move(report, move, True, rec=rec)
+
+    def _new_pass(self) -> None:
+        """Declarations are looked up once per operation and pass."""
+        self._specs.clear()
+        self._today.clear()
+        self._unusable.clear()
 
     def _check_in_turn(self, leased: list[ActionRecord], owner: str, report: PassReport,
                        group: _Group) -> None:  # fmt: skip
@@ -317,10 +385,10 @@ class Reconciler:
         for aid in ids:
             self.ledger.get(aid)
         report = PassReport()
-        self._specs.clear()
-        self._today.clear()
+        self._new_pass()
         if self.concurrency > 1 and len(ids) > 1:
             self._ids_concurrently(ids, report)
+            report.unusable = dict(self._unusable)
             return report
         for aid in ids:
             if self.stop_requested():
@@ -328,6 +396,7 @@ class Reconciler:
                 break
             report.examined += 1
             self._check_one(aid, report)
+        report.unusable = dict(self._unusable)
         return report
 
     def _ids_concurrently(self, ids: list[str], report: PassReport) -> None:
@@ -398,11 +467,101 @@ class Reconciler:
         rec.lease_owner = owner
         return rec
 
+    # ------------------------------------------------------------ rule 14
+    def recheck(self, rec: ActionRecord, now: datetime, *, asked: str) -> Recheck:
+        """One more check of ``rec`` before a person's "not applied" verdict on it is
+        recorded, or before ``retry`` opens a new attempt (rule 14): the same query,
+        weighed by the same policy as any check (``weigh``: an absence before the
+        request could land proves nothing). When it sees the effect, the record
+        settles by that evidence here (``policy.by_evidence``); nothing else is
+        written: the caller records the verdict or the retry with ``note``, or is
+        refused. ``asked`` names who asked (the event says it)."""
+        ready = self._recheck_job(rec)
+        if isinstance(ready, Recheck):
+            return ready
+        return self._recheck_seen(ready, self._recheck_query(ready), now, asked)
+
+    def recheck_many(
+        self, records: list[ActionRecord], now: datetime, *, asked: str, pool: Executor
+    ) -> list[Recheck]:
+        """``recheck`` for many records: the queries from ``pool``, everything else
+        (deciding, writing) on this thread. One result per record, in order."""
+        ready = [self._recheck_job(rec) for rec in records]
+        jobs = [r for r in ready if isinstance(r, _Job)]
+        seen = dict(zip((id(j) for j in jobs), pool.map(self._recheck_query, jobs), strict=True))
+        return [r if isinstance(r, Recheck) else self._recheck_seen(r, seen[id(r)], now, asked)
+                for r in ready]  # fmt: skip
+
+    def _recheck_job(self, rec: ActionRecord) -> Recheck | _Job:
+        """What checking ``rec`` before a verdict takes: nothing (not needed, or not
+        possible here, the answer), or a query (the job)."""
+        declared, problem = self._declared(rec)
+        why_not = policy.recheck_needed(rec, declared)
+        if why_not:
+            return Recheck("not_needed", f"not needed: {why_not}", rec)
+        spec, spec_problem = self._spec(rec)
+        if declared is None or spec is None or not spec.queryable:
+            why = (
+                problem
+                or spec_problem
+                or (f"the current config of {rec.provider}.{rec.operation} has no query")
+            )
+            return Recheck("impossible", why, rec)
+        return _Job(rec, declared, "", self.gates[rec.provider])
+
+    def _recheck_query(self, job: _Job) -> Observation | None:
+        """The query (any thread); None when the provider's pause is not over."""
+        if job.gate.closed_for() > 0:
+            return None
+        self.probe("before_check")
+        with job.gate.slot():
+            return self.registry.provider(job.rec.provider).query(policy.target_for(job.rec))
+
+    def _recheck_seen(
+        self, job: _Job, obs: Observation | None, now: datetime, asked: str
+    ) -> Recheck:
+        """What the observation means for the verdict or retry (this thread)."""
+        rec, declared = job.rec, job.declared
+        if obs is None:
+            return Recheck("impossible", f"{rec.provider} asked for a pause (429/503)", rec)
+        hold = _hold(obs)
+        if hold is not None:
+            job.gate.hold(hold)
+            return Recheck("impossible", f"{rec.provider} asked for a pause: {obs.detail}", rec,
+                           queried=True)  # fmt: skip
+        error = policy.check_error(obs)
+        if error is not None:
+            return Recheck("impossible", error, rec, queried=True)
+        rivals: list[str] = []
+        if obs.seen is Seen.APPLIED and declared.snapshots and not declared.carries_key:
+            rivals = self.ledger.rivals(rec)
+        obs = policy.weigh(rec, declared, obs, now, rivals)
+        note = str(obs.seen) + (f" ({policy.one_line(obs.detail)[:200]})" if obs.detail else "")
+        if obs.seen is Seen.APPLIED:
+            moved = self.ledger.move(
+                policy.by_evidence(rec, declared, obs, now, actor=self.actor, asked=asked)
+            )
+            if moved is None:
+                current = self.ledger.get(rec.action_id)
+                raise TransitionNotAllowed(
+                    f"action {rec.action_id} changed to {current.status} while it was being "
+                    "checked; see `settled show`"
+                )
+            return Recheck("visible", note, moved, queried=True)
+        if obs.seen is Seen.AMBIGUOUS:
+            return Recheck("unclear", note, rec, queried=True)
+        found = "absent" if obs.seen is Seen.NOT_APPLIED else "not_visible"
+        return Recheck(found, note, rec, queried=True)
+
     # ------------------------------------------------------------ checking
     def _expire_at(self, now: datetime) -> Callable[[ActionRecord], Move]:
         def expire(rec: ActionRecord) -> Move:
             declared, _ = self._declared(rec)
             _, problem = self._spec(rec)
+            if rec.provider in self._unusable:
+                # Configured here but broken: its checks are attempts that fail, and
+                # they count (rule 15), so the budget starts now as for any record.
+                problem = ""
             return policy.expire(rec, declared, now, actor=self.actor, problem=problem,
                                  recheck=self.lease)  # fmt: skip
 
@@ -421,6 +580,7 @@ class Reconciler:
                 found = (None, f"provider {rec.provider}.{rec.operation} is not configured here")
             except SettledError as exc:
                 found = (None, f"provider {rec.provider} cannot be used: {exc}")
+                self._unusable[rec.provider] = found[1]
             self._specs[key] = found
         return found
 
@@ -457,6 +617,15 @@ class Reconciler:
             self._queue(report, group, rec, policy.unresolved(rec, now, why, {}, owner=owner,
                                                               actor=self.actor))  # fmt: skip
             return None
+        if declared is not None and spec is None and rec.provider in self._unusable:
+            # Configured here, but it cannot even be built (a ${VAR} missing from this
+            # environment): a check that failed. It counts (rule 15), so that a broken
+            # verifier reaches the queue instead of waiting for ever.
+            broken = Observation(Seen.UNKNOWN, detail=spec_problem,
+                                 evidence={"error": "provider_unusable"})  # fmt: skip
+            move = policy.judge(rec, declared, broken, now, owner=owner, actor=self.actor)
+            self._queue(report, group, rec, move, str(Seen.UNKNOWN))
+            return None
         if declared is None or spec is None or not spec.queryable:
             # The query that verifies it is not available here now (another host has the
             # provider, or the config changed): wait, without spending its budget.
@@ -469,24 +638,22 @@ class Reconciler:
                 )
             )
             until = plus(now, self.lease)
-            self._queue(report, group, rec, policy.wait_again(
-                rec, now, until, why, owner=owner, counted=False))  # fmt: skip
+            self._queue(report, group, rec, policy.wait_again(rec, now, until, why, owner=owner))
             return None
         return _Job(rec, declared, owner, self.gates[rec.provider])
 
     def _query(self, job: _Job) -> Observation | None:
-        """The query (any thread): None when the provider asked for a pause that is
-        not over, so nothing was asked."""
+        """The query (any thread): None when the provider asked for a pause, before
+        or in its answer (429/503): no attempt was made, and none is counted."""
         if job.gate.closed_for() > 0:
             return None
         self.probe("before_check")
         with job.gate.slot():
             obs = self.registry.provider(job.rec.provider).query(policy.target_for(job.rec))
-        code = obs.evidence.get("status_code")
-        hold = policy.throttled(code if isinstance(code, int) else None,
-                                getattr(obs, "retry_after", None), DEFAULT_QUERY_HOLD)  # fmt: skip
+        hold = _hold(obs)
         if hold is not None:
             job.gate.hold(hold)  # every query to this provider waits, not only this row's
+            return None
         return obs
 
     def _conclude(self, job: _Job, obs: Observation | None, report: PassReport,
@@ -498,8 +665,8 @@ class Reconciler:
         if obs is None:
             until = plus(now, max(job.gate.closed_for(), 0.001))
             why = f"{rec.provider} asked for a pause (429/503); checked after {to_text(until)}"
-            self._queue(report, group, rec, policy.wait_again(
-                rec, now, until, why, owner=job.owner, counted=False))  # fmt: skip
+            self._queue(report, group, rec, policy.wait_again(rec, now, until, why,
+                                                              owner=job.owner))  # fmt: skip
             return
         rivals: list[str] = []
         if obs.seen is Seen.APPLIED and declared.snapshots and not declared.carries_key:
@@ -566,7 +733,15 @@ def _change(rec: ActionRecord, move: Move, seen: str | None, kind: str) -> Chang
     return Change(
         rec.action_id, str(move.frm), str(move.to), kind, str(move.values.get("reason") or ""),
         move.values.get("next_check_at"), move.at, seen, rec.provider, rec.operation,
+        move.values.get("check_error"),
     )  # fmt: skip
+
+
+def _hold(obs: Observation) -> float | None:
+    """How long a query's answer asks us to leave its provider alone (429/503), or None."""
+    code = obs.evidence.get("status_code")
+    return policy.throttled(code if isinstance(code, int) else None,
+                            getattr(obs, "retry_after", None), DEFAULT_QUERY_HOLD)  # fmt: skip
 
 
 class _Fanout:

@@ -22,7 +22,15 @@ import rawdb
 
 from settled.clock import Clock, from_text
 from settled.ledger import Ledger
-from settled.model import CORRECTIONS, TRANSITIONS, Acceptance, ActionRecord, EventKind, Status
+from settled.model import (
+    CORRECTIONS,
+    EVIDENCE_CORRECTIONS,
+    TRANSITIONS,
+    Acceptance,
+    ActionRecord,
+    EventKind,
+    Status,
+)
 from settled.providers.sim_server import SimServer
 from settled.reconcile import Reconciler
 
@@ -75,7 +83,11 @@ def check_events(ledger: Ledger, rec: ActionRecord) -> int:
         if ev.kind == EventKind.NOTE:  # evidence that moves nothing
             assert move[0] is move[1], f"{rec.action_id}: note {ev.id} moves {move}"
             continue
-        allowed = move in TRANSITIONS or (ev.kind == EventKind.RESOLVED and move in CORRECTIONS)
+        allowed = (
+            move in TRANSITIONS
+            or (ev.kind == EventKind.RESOLVED and move in CORRECTIONS)
+            or (ev.kind == EventKind.RECONCILED and move in EVIDENCE_CORRECTIONS)
+        )
         assert allowed, f"{rec.action_id}: event {ev.id} {move} is not in the table"
         assert ev.actor, f"{rec.action_id}: event {ev.id} has no actor"
         state = Status(ev.to_status)
@@ -162,6 +174,24 @@ def check(
         statuses[str(rec.status)] += 1
     assert ledger.integrity_check() == "ok"
     return statuses
+
+
+def no_second_effect_after_a_verdict(ledger: Ledger, server: SimServer) -> list[str]:
+    """Rule 14: no action a person said was not applied, on an operation with a query,
+    has its effect applied twice: the check made before the verdict (and again before
+    any retry) refuses it when the effect is visible. Returns the actions that break it."""
+    broken = []
+    for rec in all_records(ledger):
+        if rec.declared is None or not rec.declared.queryable:
+            continue
+        said = [
+            e
+            for e in ledger.events(rec.action_id)
+            if e.kind == EventKind.RESOLVED and e.detail.get("verdict") == "not_applied"
+        ]
+        if said and server.effects_for(rec.action_id) > 1:
+            broken.append(rec.action_id)
+    return broken
 
 
 def contradictions_block_retry(ledger: Ledger, dispatcher: Any, server: SimServer | None) -> int:

@@ -232,7 +232,8 @@ def test_a_query_without_a_predicate_is_debt(tier: Tier) -> None:
 
 def test_cli_audit_exit_code_and_json(tmp_path: Path, ledger: Ledger) -> None:
     with SimServer(hang=0.5) as server:
-        conf = sim_conf(server, verify_deadline=0.2, attempts=1)
+        # One check past the budget gives it up: the audit, not rule 15, is what this proves.
+        conf = sim_conf(server, verify_deadline=0.2, verify_min_checks=1, attempts=1)
         cfg = write_config(tmp_path / "settled.toml", {"sim": dict(conf)})
         with Registry({"sim": conf}) as reg:
             d = Dispatcher(ledger, reg)

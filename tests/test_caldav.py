@@ -373,3 +373,22 @@ def test_password_never_reaches_the_ledger(
     else:
         raw = b"".join(p.read_bytes() for p in db_path.parent.glob(db_path.name + "*"))
     assert PASSWORD.encode() not in raw
+
+
+def test_verify_declares_min_checks(env: None) -> None:
+    """verify = { interval, deadline, min_checks } as on every provider type (rule 15)."""
+    from settled.errors import ConfigError
+
+    reg = registry_for("http://127.0.0.1:1", "/cal/", verify={"deadline": 9, "min_checks": 4})
+    try:
+        spec = reg.operation("cal", "book")
+        assert (spec.verify_deadline, spec.verify_min_checks) == (9.0, 4)
+    finally:
+        reg.close()
+    for bad in ({"min_checks": 0}, {"min_checks": 1.5}, {"every": 2}):
+        reg = registry_for("http://127.0.0.1:1", "/cal/", verify=bad)
+        try:
+            with pytest.raises(ConfigError, match="verify"):
+                reg.operation("cal", "book")
+        finally:
+            reg.close()

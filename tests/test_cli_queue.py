@@ -48,7 +48,9 @@ def test_default_queue_is_unresolved_oldest_first_and_says_what_settles_it(fille
     assert [r["action_id"] for r in got] == ["auto", "person", "other"]
     nxt = {r["action_id"]: r["next"] for r in got}
     assert nxt["auto"].startswith("auto-check at ")
-    assert nxt["person"] == "needs a person (settled resolve)"
+    assert (
+        nxt["person"] == "needs a person: settled resolve person --applied|--not-applied --reason …"
+    )
     human = run_cli("queue", env={"COLUMNS": "200"})
     assert human.returncode == 0
     assert "auto-check at" in human.stdout and "needs a person" in human.stdout

@@ -125,7 +125,7 @@ def capture(fn: Any, monkeypatch: pytest.MonkeyPatch) -> str:
 def every_renderer(s: str, width: int) -> list[Any]:
     from rich.console import Console
 
-    from settled.cli import actions, listing, providers_cmd, settle
+    from settled.cli import actions, listing, providers_cmd, select, settle
     from settled.dispatch import Outcome, Report, Result
 
     rec, ev = Rec(s), Ev(s)
@@ -160,7 +160,12 @@ def every_renderer(s: str, width: int) -> list[Any]:
         lambda: actions.render_report(report),
         lambda: settle.render_record(rec, s),
         lambda: render.console().print(settle.change_line(change)),
-        lambda: settle._preview([Target(s or "x", rec), Target(s or "y", None, s)], True, now),
+        lambda: select.preview(
+            [Target(s or "x", rec), Target(s or "y", None, s)],
+            title=s,
+            becomes=lambda t: s,
+            now=now,
+        ),
         lambda: render.console().print(render.text(actions.waiting_for(rec, now, 5.0))),
         lambda: render.console().print(render.text(listing.event_detail(ev))),
         lambda: (

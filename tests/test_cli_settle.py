@@ -81,7 +81,9 @@ def test_reconcile_due_prints_the_pass_report_and_exits_0(
         "reason",
         "next_check_at",
         "seen",
+        "error",
     }
+    assert report["unusable"] == {}
     human = run_cli("reconcile", "--due")
     assert human.returncode == 0 and "examined" in human.stderr
 

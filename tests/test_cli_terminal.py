@@ -66,6 +66,7 @@ def allowed_tokens() -> set[str]:
         "being",
         "checked",
         "settled",
+        "reconcile",  # the short hint of a queryable record whose checks are over
         "-",
         *IDS,
     ]

@@ -279,7 +279,8 @@ def test_metrics_are_served_and_parse(
         assert code == 503 and "no pass has finished yet" in body  # before the first pass ends
         read_until(proc, "pass")
         code, body = scrape(port, "/healthz")
-        assert code == 200 and body == "ok\n"
+        # A pass that ran is healthy; the body names the provider that cannot be checked.
+        assert code == 200 and body == "ok\ncannot be checked now: slow (1 record)\n", body
         code, text = scrape(port, "/metrics")
         assert code == 200
     finally:
@@ -303,6 +304,8 @@ def test_metrics_are_served_and_parse(
     assert value("settled_checks", result="applied") == 2
     assert value("settled_checks", result="error") >= 1  # the black hole's timeout
     assert value("settled_queue_depth", status="AWAITING_VERIFICATION", provider="slow") == 1
+    assert value("settled_checks_failing", provider="slow") == 1  # a broken verifier, by provider
+    assert value("settled_checks_failing", provider="sim") == 0  # a known provider reads 0
     assert value("settled_passes", result="ok") >= 1
     assert value("settled_last_successful_pass_timestamp_seconds") > 0
     assert value("settled_healthy") == 1
@@ -323,6 +326,76 @@ def test_healthz_is_503_after_a_failed_pass(backend: str, location: Path) -> Non
     sweeper.run_pass()
     code, why = board.health()
     assert code == 503 and "closed database" in why
+
+
+def test_a_broken_verifier_is_logged_counted_gauged_and_named(
+    sim: SimServer, ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A provider that cannot be built (its ${VAR} gone from the environment after the
+    sends): every pass logs a check_failed line per record and counts the attempt; the
+    gauge and /healthz's body name the provider; the pass that gives the records up logs
+    its failed check before the transition (rule 15)."""
+    from settled.clock import FakeClock
+    from settled.daemon import Sweeper
+    from settled.daemon.metrics import Metrics
+
+    conf = {
+        "type": "http",
+        "base_url": sim.url,
+        "headers": {"Authorization": "Bearer ${MAIL_TOKEN}"},
+        "operations": {
+            "send": {
+                "tier": "reconcilable",
+                "consistency_window": 0,
+                "request": {"method": "POST", "path": "/v1/send"},
+                "reconciliation_key_field": "reconciliation_key",
+                "query": {"method": "GET", "path": "/v1/effects/{reconciliation_key}"},
+                "status": "/status",
+                "applied": ["delivered"],
+                "verify": {"interval": 1.0, "deadline": 2.0, "min_checks": 3},
+            }
+        },
+    }
+    monkeypatch.setenv("MAIL_TOKEN", "t0ken-for-the-sends")
+    clock = FakeClock()
+    with Registry({"mail": conf}, source="test") as reg:
+        d = Dispatcher(ledger, reg, clock=clock)
+        for aid in ("m1", "m2"):
+            d.submit("mail", "send", {"to": aid}, action_id=aid)
+    monkeypatch.delenv("MAIL_TOKEN")
+    out = io.StringIO()
+    board = Metrics()
+    with Registry({"mail": conf}, source="test") as broken:
+        sweeper = Sweeper(ledger, broken, clock=clock, metrics=board, log=json_lines_to(out))
+        for _ in range(3):
+            clock.advance(5.0)
+            sweeper.run_pass()
+            code, body = board.health()
+            assert code == 200 and body == "ok\ncannot be checked now: mail (2 records)\n"
+    log = lines(out.getvalue())
+    failed = [e for e in log if e["event"] == "check_failed"]
+    assert len(failed) == 6 and {e["error"] for e in failed} == {"ProviderUnavailable"}
+    assert all("MAIL_TOKEN is not set" in e["message"] for e in failed)
+    assert "t0ken-for-the-sends" not in out.getvalue()
+    last = [e["event"] for e in log if e.get("action_id") == "m1"][-2:]
+    assert last == ["check_failed", "transition"]  # the attempt that gave it up
+    moves = [e for e in log if e["event"] == "transition"]
+    assert {(e["action_id"], e["to"]) for e in moves} == {("m1", "DENIED_UNRESOLVED"),
+                                                           ("m2", "DENIED_UNRESOLVED")}  # fmt: skip
+    assert all(e["reason"].startswith("could not be checked after 3 attempts") for e in moves)
+    summary = [e for e in log if e["event"] == "pass"]
+    assert [e["failed_checks"] for e in summary] == [2, 2, 2]
+    from prometheus_client import generate_latest
+
+    exported = generate_latest(board.registry).decode()
+    assert 'settled_checks_failing{provider="mail"} 2.0' in exported
+    assert 'settled_checks_total{result="error"} 6.0' in exported
+
+
+def json_lines_to(out: io.StringIO) -> Any:
+    from settled.daemon import json_lines
+
+    return json_lines(out)
 
 
 # -- systemd ------------------------------------------------------------------------------

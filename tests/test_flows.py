@@ -163,7 +163,7 @@ def test_blind_is_unresolved_at_once_and_resolved_by_a_person(
     assert out["requires_manual_verification"] is True
     q = run_cli("queue", "--json")
     assert [(r["action_id"], r["next"]) for r in json.loads(q.stdout)] == [
-        ("n", "needs a person (settled resolve)")
+        ("n", "needs a person: settled resolve n --applied|--not-applied --reason …")
     ]
     assert json.loads(run_cli("reconcile", "--due", "--json").stdout)["examined"] == 0
     res = run_cli(

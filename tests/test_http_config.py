@@ -121,6 +121,8 @@ MISTAKES = [
     ),
     ("operations.send.verify", {"interval": 0}, "operations.send.verify.interval", "> 0"),
     ("operations.send.verify", {"every": 2}, "operations.send.verify.every", "interval, deadline"),
+    ("operations.send.verify", {"min_checks": 0}, "operations.send.verify.min_checks", ">= 1"),
+    ("operations.send.verify", {"min_checks": 2.5}, "operations.send.verify.min_checks", ">= 1"),
     (
         "operations.send.idempotency_header",
         "Idem Key",
@@ -198,3 +200,17 @@ def test_full_operation_may_declare_a_404_as_proof_of_absence() -> None:
     finally:
         reg.close()
     assert spec.absence_proof is True and spec.window == 0.0
+
+
+def test_min_checks_is_declared_and_defaults_to_three() -> None:
+    def spec(conf: dict[str, Any]) -> Any:
+        reg = Registry({"mail": conf}, source="settled.toml")
+        try:
+            return reg.operation("mail", "send")
+        finally:
+            reg.close()
+
+    assert spec(GOOD).verify_min_checks == 3
+    chosen = spec(with_change("operations.send.verify", {"deadline": 60, "min_checks": 5}))
+    assert (chosen.verify_deadline, chosen.verify_min_checks) == (60.0, 5)
+    assert chosen.to_json()["verify_min_checks"] == 5

@@ -74,6 +74,9 @@ def test_migrating_an_empty_database_gives_the_schema(tmp_path: Path) -> None:
         "actions_no_delete",
         "events_no_replace",
         "actions_no_replace",
+        "callbacks_as_received",
+        "callbacks_no_delete",
+        "callbacks_no_replace",
     }
     assert "clock_anchors" in tables
     assert {"actions_due", "actions_status", "events_action", "actions_same_change"} <= indexes

@@ -269,3 +269,18 @@ def test_postgresql_groups_reasons_exactly_as_python_does(ledger: Ledger) -> Non
         assert pg_group(text) == reason_group(text)
 
     agree()
+
+
+def test_stats_counts_the_open_records_whose_last_check_failed(ledger: Ledger) -> None:
+    """ "Checks failing now": open records whose last check could not be made (rule
+    15's ``check_error``); a settled one with an old error is not failing now."""
+    for aid in ("f-1", "f-2", "ok-1"):
+        add(ledger, aid, provider="mail", operation="send", reason="checked")
+    add(ledger, "f-old", provider="mail", operation="send", status=Status.FAILED)
+    for aid in ("f-1", "f-2", "f-old"):
+        schedule(ledger, aid, check_error="ConfigError: MAIL_TOKEN is not set")
+    st = ledger.stats(Selection(), now=to_text(utcnow()))
+    assert st.checks_failing_now == 2
+    assert (
+        ledger.stats(Selection(ids=["f-1", "ok-1"]), now=to_text(utcnow())).checks_failing_now == 1
+    )

@@ -326,7 +326,8 @@ def test_a_ledger_from_before_the_replace_guard_is_upgraded(populated: Path) -> 
         conn.execute("DROP TRIGGER actions_no_replace")
         conn.execute("DROP INDEX actions_same_change")
         conn.execute("DROP TABLE clock_anchors")
-        for column in ("lands_by", "contradiction", "declared"):
+        conn.execute("DROP INDEX actions_check_error")
+        for column in ("lands_by", "contradiction", "declared", "counted_checks", "check_error"):
             conn.execute(f"ALTER TABLE actions DROP COLUMN {column}")
         conn.execute("DELETE FROM _migrations WHERE name != '001_initial'")
         conn.execute("PRAGMA user_version = 1")

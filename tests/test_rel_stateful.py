@@ -35,12 +35,18 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from invariants import budget, check, contradictions_block_retry, scaled
+from invariants import (
+    budget,
+    check,
+    contradictions_block_retry,
+    no_second_effect_after_a_verdict,
+    scaled,
+)
 
 from settled.clock import FakeClock, SteadyClock
 from settled.crashpoints import no_probe
 from settled.dispatch import Dispatcher, DispatchSettings, Outcome
-from settled.errors import Conflict, TransitionNotAllowed
+from settled.errors import Conflict, EffectVisible, RecheckFailed, TransitionNotAllowed
 from settled.ledger import Ledger
 from settled.model import Status
 from settled.providers import Registry
@@ -311,7 +317,17 @@ class LedgerMachine(RuleBasedStateMachine):
             assert self._requests() == sent and self._status(aid) is before.status
             STATS["retry:refused"] += 1
             return
-        report = self.dispatcher.retry(aid)
+        sent = self._requests()
+        try:
+            report = self.dispatcher.retry(aid)
+        except RecheckFailed:  # the check first could not tell (a change nobody can attribute)
+            assert self._requests() == sent and self._status(aid) is Status.FAILED
+            STATS["retry:refused_by_check"] += 1
+            return
+        except EffectVisible:
+            assert self.sim.effects_for(aid) > 0 and self._status(aid) is Status.CONFIRMED
+            STATS["retry:effect_visible"] += 1
+            return
         assert report.record is not None and report.record.attempt == before.attempt + 1
         assert report.record.idempotency_key == f"{aid}:{before.attempt + 1}"
         STATS["retry:dispatched"] += 1
@@ -349,18 +365,25 @@ class LedgerMachine(RuleBasedStateMachine):
                     reason="checked",
                     by=who,
                     now=self.clock.now(),
+                    registry=self.registry,
                 )
             STATS["resolve:refused"] += 1
             return
-        done = resolve(
-            self.ledger,
-            aid,
-            applied=applied,
-            reason="checked by hand",
-            by=who,
-            now=self.clock.now(),
-            evidence="ticket 1",
-        )
+        try:
+            done = resolve(
+                self.ledger,
+                aid,
+                applied=applied,
+                reason="checked by hand",
+                by=who,
+                now=self.clock.now(),
+                evidence="ticket 1",
+                registry=self.registry,
+            )
+        except RecheckFailed:  # the check first could not tell: nothing recorded
+            assert self.ledger.get(aid).status is rec.status
+            STATS["resolve:refused_by_check"] += 1
+            return
         assert done.status is (Status.CONFIRMED if applied else Status.FAILED)
         assert done.contradiction is None
         last = self.ledger.events(aid)[-1]
@@ -369,6 +392,54 @@ class LedgerMachine(RuleBasedStateMachine):
         if applied and kind == "resolved":  # a note leaves who confirmed it as it was
             assert done.confirmed_by == f"operator:{who}"
         STATS["resolve:done"] += 1
+
+    @rule(aid=actions, who=st.sampled_from(["alice", "bob"]))
+    def resolve_not_applied_whatever_the_truth(self, aid: str, who: str) -> None:
+        """A person under pressure says "not applied" (the incident's bulk resolve). On
+        an operation with a query whose effect is applied and visible, the check made
+        first refuses it and the record never ends FAILED, so no retry can send it
+        twice (rule 14). Effects nobody can see yet (``lag:30``) no check can find:
+        those verdicts are the truthful operator's (``resolve``)."""
+        rec = self.ledger.get(aid)
+        applied = [r for r in self.sim.requests_for(aid) if r["applied"]]
+        queryable = rec.declared is not None and rec.declared.queryable
+        if not applied or not queryable or any(r["fault"].startswith("lag") for r in applied):
+            return
+        with pytest.raises(TransitionNotAllowed) as refused:
+            resolve(self.ledger, aid, applied=False, reason="not seen", by=who,
+                    now=self.clock.now(), registry=self.registry)  # fmt: skip
+        after = self.ledger.get(aid)
+        assert after.status is not Status.FAILED, (aid, refused.value)
+        if isinstance(refused.value, EffectVisible):
+            assert after.status is Status.CONFIRMED
+        STATS[f"wrong_verdict:{type(refused.value).__name__}"] += 1
+
+    @rule(
+        target=actions,
+        op=st.sampled_from(["book", "send", "set"]),
+        fault=st.sampled_from(["timeout_after_apply", "5xx_after", "reset_after_apply"]),
+        retry_too=st.booleans(),
+    )
+    def a_lost_reply_then_a_wrong_verdict(self, op: str, fault: str, retry_too: bool) -> str:
+        """The incident in one step: the reply to an applied send is lost, and a person
+        says "not applied" at once (then, maybe, retries): refused, settled by the
+        evidence, never sent twice."""
+        aid = self._new_id()
+        self.params[aid] = {"name": f"n-{aid}", "value": 0}
+        self.sim.plan(aid, fault)
+        self.dispatcher.submit("sim", op, self.params[aid], action_id=aid)
+        if self._status(aid) is not Status.DENIED_UNRESOLVED:  # repeated under its key
+            return aid
+        with pytest.raises(EffectVisible):
+            resolve(self.ledger, aid, applied=False, reason="bounced?", by="carol",
+                    now=self.clock.now(), registry=self.registry)  # fmt: skip
+        assert self._status(aid) is Status.CONFIRMED
+        if retry_too:
+            with pytest.raises(TransitionNotAllowed):
+                self.dispatcher.retry(aid)
+        assert self.sim.effects_for(aid) == 1
+        STATS["wrong_verdict:refused_by_the_effect"] += 1
+        return aid
 
     @rule()
     def reconcile_due(self) -> None:
@@ -626,6 +697,7 @@ class LedgerMachine(RuleBasedStateMachine):
     def ledger_agrees_with_ground_truth(self) -> None:
         if hasattr(self, "sim"):
             check(self.ledger, self.sim, ids=self.ids, dedupes=self.dedupe, final=False)
+            assert no_second_effect_after_a_verdict(self.ledger, self.sim) == []
             STATS["contradictions"] = contradictions_block_retry(self.ledger, self.dispatcher,
                                                                  self.sim)  # fmt: skip
             STATS["steps_checked"] += 1

@@ -424,6 +424,16 @@ def test_config_defaults(client: httpx.Client) -> None:
     spec = sim.create("s", {"base_url": "http://127.0.0.1:1/"}, client).operations()["send"]
     assert (spec.dedupes_keys, spec.timeout, spec.consistency_window) == (False, 5.0, 30.0)
     assert (spec.verify_interval, spec.verify_deadline, spec.attempts) == (2.0, 300.0, 3)
+    assert spec.verify_min_checks == 3
+
+
+def test_verify_is_a_table_as_in_the_other_types_or_its_flat_keys(client: httpx.Client) -> None:
+    table = {"base_url": "http://x", "verify": {"interval": 1, "deadline": 9, "min_checks": 4}}
+    flat = {"base_url": "http://x", "verify_interval": 1, "verify_deadline": 9,
+            "verify_min_checks": 4}  # fmt: skip
+    for conf in (table, flat):
+        spec = sim.create("s", conf, client).operations()["send"]
+        assert (spec.verify_interval, spec.verify_deadline, spec.verify_min_checks) == (1, 9, 4)
 
 
 @pytest.mark.parametrize(
@@ -437,6 +447,11 @@ def test_config_defaults(client: httpx.Client) -> None:
         ({"base_url": "http://x", "dedupe": "yes"}, "dedupe"),
         ({"base_url": "http://x", "attempts": True}, "attempts"),
         ({"base_url": "http://x", "attempts": 0}, "attempts"),
+        ({"base_url": "http://x", "verify_min_checks": 0}, "verify_min_checks"),
+        ({"base_url": "http://x", "verify": {"every": 2}}, "verify"),
+        ({"base_url": "http://x", "verify": 3}, "verify"),
+        ({"base_url": "http://x", "verify": {"min_checks": 0}}, "verify_min_checks"),
+        ({"base_url": "http://x", "verify": {"deadline": 9}, "verify_deadline": 9}, "same setting"),
     ],
 )
 def test_config_errors_name_the_key(client: httpx.Client, conf: dict[str, Any], names: str) -> None:

@@ -128,11 +128,18 @@ def parse_duration(text: str) -> float:
     return value * mult
 
 
-def next_step(rec: Any, now: Any = None) -> str:
-    """What settles this record next, in words: an automatic check, or a person.
+RESOLVE_FLAGS = "--applied|--not-applied --reason …"
 
-    Without ``now``: the long form with ISO-8601 times (JSON ``next``, ``show``).
-    With ``now``: the short form for a table, with ages ('auto-check in 2m')."""
+
+def next_step(rec: Any, now: Any = None) -> str:
+    """What settles this record next, in words: an automatic check, or the command a
+    person runs (ids shell-quoted, so the hint can be pasted).
+
+    Without ``now``: the long form with ISO-8601 times and whole commands (JSON
+    ``next``, ``show``). With ``now``: the short form for a table, with ages
+    ('auto-check in 2m') and the command's name."""
+    import shlex
+
     from .render import ago, iso
 
     def at(t: str | None) -> str:
@@ -142,10 +149,14 @@ def next_step(rec: Any, now: Any = None) -> str:
         return rel if rel.startswith("in ") else "due"
 
     short = now is not None
+    aid = shlex.quote(str(rec.action_id))
+    resolve = f"settled resolve {aid} {RESOLVE_FLAGS}"
     if getattr(rec, "contradiction", None):
-        return "needs a person" if short else "needs a person: contradicted (settled resolve)"
-    if rec.status in ("CONFIRMED", "FAILED"):
+        return "needs a person" if short else f"needs a person: contradicted ({resolve})"
+    if rec.status == "CONFIRMED":
         return "settled"
+    if rec.status == "FAILED":
+        return "settled retry" if short else f"settled retry {aid}"
     if rec.status == "PENDING":
         return "confirm/dispatch" if short else "waiting for confirm/dispatch"
     if rec.status == "IN_FLIGHT":
@@ -156,8 +167,8 @@ def next_step(rec: Any, now: Any = None) -> str:
         if rec.status == "AWAITING_VERIFICATION" and rec.eligible_at:
             if short:
                 return f"needs a person {at(rec.eligible_at)}".replace(" due", "")
-            return f"needs a person from {iso(rec.eligible_at)} (settled resolve)"
-        return "needs a person" if short else "needs a person (settled resolve)"
+            return f"needs a person from {iso(rec.eligible_at)} ({resolve})"
+        return "needs a person" if short else f"needs a person: {resolve}"
     if rec.next_check_at:
         if rec.lease_owner:
             return (
@@ -166,7 +177,20 @@ def next_step(rec: Any, now: Any = None) -> str:
                 else f"being checked (lease until {iso(rec.next_check_at)})"
             )
         return f"auto-check {at(rec.next_check_at)}"
-    return "needs a person" if short else "needs a person (settled resolve)"
+    if queryable(rec):  # its checks are over, but a query can still settle it
+        return "settled reconcile" if short else f"settled reconcile {aid}"
+    return "needs a person" if short else f"needs a person: {resolve}"
+
+
+def queryable(rec: Any) -> bool:
+    """Whether a query can observe the record's effect, by what it was recorded with
+    (records stored before declarations were: a reconcilable tier has a query)."""
+    declared = getattr(rec, "declared", None)
+    if getattr(rec, "requires_manual_verification", False):
+        return False
+    if declared is not None:
+        return bool(declared.queryable)
+    return str(rec.tier) == "reconcilable"
 
 
 class AfterSend(Exception):

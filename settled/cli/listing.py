@@ -112,7 +112,17 @@ def render_show(
     if rec.next_check_at:
         fields.append(("next check", f"{iso(rec.next_check_at)} (checks so far: {rec.checks})"))
     if rec.verify_deadline_at:
-        fields.append(("verify until", iso(rec.verify_deadline_at)))
+        declared = getattr(rec, "declared", None)
+        least = declared.verify_min_checks if declared is not None else 3
+        fields.append(
+            (
+                "verify until",
+                f"{iso(rec.verify_deadline_at)}, and at least {least} checks "
+                f"({getattr(rec, 'counted_checks', 0)} made)",
+            )
+        )
+    if getattr(rec, "check_error", None) and not rec.terminal:
+        fields.append(("last check failed", rec.check_error))
     if getattr(rec, "lands_by", None) and not rec.terminal:
         fields.append(("may land until", iso(rec.lands_by)))
     if getattr(rec, "contradiction", None):
@@ -168,6 +178,8 @@ def event_detail(e: Any) -> str:
         ("object_id", "object"),
         ("seen", "seen"),
         ("check", "check"),
+        ("recheck", "checked first"),
+        ("recheck_for", "checked for"),
         ("lease_expires_at", "lease"),
         ("event_id", "event"),
         ("body_sha256", "body sha256"),

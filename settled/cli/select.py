@@ -12,7 +12,7 @@ The rules, the same for ``resolve`` and ``reconcile`` (and any command that adop
 
 - Ids on stdin come one a line; a line cut from ``queue -o tsv`` (or the whole line) is
   read up to its first TAB, and the header line of that TSV (its first field is
-  ``action``) is skipped, never read as an id. Blank lines are ignored, repeats dropped.
+  ``action``, or ``action_id``) is skipped, never read as an id. Blank lines are ignored, repeats dropped.
 - Named ids (as arguments or on stdin) are the only candidates: selectors given with
   them only narrow them (a named record they do not select is skipped, and says so).
   Ids read from an empty stdin select nothing, never "everything".
@@ -80,7 +80,7 @@ def ids_from_lines(lines: Sequence[str]) -> list[str]:
         if not line:
             continue
         field = line.split("\t", 1)[0].strip()
-        if first and field == ID_HEAD:
+        if first and field in (ID_HEAD, "action_id"):
             first = False
             continue  # the header of `settled queue -o tsv`
         first = False

@@ -11,8 +11,9 @@ interval job, until asked to stop.
   A stop requested before ``serve`` (during the daemon's start-up) runs no pass:
   ``serve`` logs ``started``, ``stopping`` and ``stopped`` and returns.
 - The log is one JSON line per event (``settled.daemon.log``): each status move after
-  its commit, a warning per check that could not observe anything (provider,
-  operation, error class), a summary per pass, a heartbeat at a steady interval.
+  its commit, a ``check_failed`` warning per attempt that could not observe anything
+  (provider, operation, error class; such attempts count, rule 15), a summary per
+  pass, a heartbeat at a steady interval.
 - ``metrics`` (``settled.daemon.metrics``) and ``notifier`` (systemd's
   ``Type=notify`` and watchdog, ``settled.daemon.notify``) are optional.
 
@@ -122,6 +123,8 @@ class Sweeper:
         self._progress_at = time.monotonic()
         if ch.at is None:
             ch.at = self.now_text
+        if failed(ch):  # the attempt that gave the record up could not check either
+            self.log(check_failed(ch, self.name))
         self.log(transition(ch, self.name))
         if self.metrics is not None:
             self.metrics.transition(ch)
@@ -169,6 +172,7 @@ class Sweeper:
         try:
             report = reconciler.run_due()
             depth = self.ledger.status_counts()
+            failing = self.ledger.check_failures()
         except SettledError as exc:
             self._pass_failed(exc, started)
             return
@@ -185,7 +189,7 @@ class Sweeper:
         for (status, _provider), n in depth.items():
             self._depth[status] = self._depth.get(status, 0) + n
         if self.metrics is not None:
-            self.metrics.queue(depth)
+            self.metrics.queue(depth, failing)
             self.metrics.pass_ended(True, time.monotonic() - started, time.time())
         if report.examined or report.stopped:
             self.log(pass_line(report, self.name))

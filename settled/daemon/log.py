@@ -37,24 +37,26 @@ _HTTP = re.compile(r"\bHTTP (\d{3})\b")
 
 def error_class(ch: Any) -> str:
     """What kind of failure a check that saw nothing hit: an exception class named in
-    its detail (ConnectError, ReadTimeout…), 'HTTP 503', or why the provider could not
-    be used."""
-    reason = ch.reason or ""
-    if ch.seen is None:
+    its error (ConnectError, ReadTimeout…), 'HTTP 503', or ProviderUnavailable when the
+    provider could not even be built (a ${VAR} missing from the environment)."""
+    error = getattr(ch, "error", None) or ch.reason or ""
+    if error.startswith("provider ") and " cannot be used: " in error:
         return "ProviderUnavailable"
-    m = _CLASS.search(reason)
+    m = _CLASS.search(error)
     if m:
         return m.group(1)
-    m = _HTTP.search(reason)
+    m = _HTTP.search(error)
     if m:
         return f"HTTP {m.group(1)}"
     return "Unknown"
 
 
 def failed(ch: Any) -> bool:
-    """A check that could not observe anything: the query failed or the provider
-    could not be used (not 'nothing yet', which is an answer)."""
-    return ch.kind == "waiting" and ch.seen in (None, "unknown")
+    """An attempt to check that could not observe anything: the query failed or the
+    provider could not be used (not 'nothing yet', which is an answer; not a pause a
+    provider asked for, nor a provider that is not configured here: neither is an
+    attempt). It may also be the attempt that gave the record up."""
+    return getattr(ch, "error", None) is not None
 
 
 def transition(ch: Any, who: str) -> dict[str, Any]:
@@ -82,8 +84,24 @@ def check_failed(ch: Any, who: str) -> dict[str, Any]:
         "provider": ch.provider,
         "operation": ch.operation,
         "error": error_class(ch),
+        "message": one_line(getattr(ch, "error", None) or ""),
         "reason": one_line(ch.reason),
         "next_check_at": ch.next_check_at,
+    }
+
+
+def unusable(providers: dict[str, str], who: str) -> dict[str, Any]:
+    """The line that says providers configured here cannot be built at all."""
+    from ..clock import to_text, utcnow
+
+    return {
+        "time": to_text(utcnow()),
+        "event": "providers_unusable",
+        "level": "error",
+        "daemon": who,
+        "error": "ProviderUnavailable",
+        "providers": sorted(providers),
+        "message": one_line("; ".join(providers[p] for p in sorted(providers))),
     }
 
 
@@ -98,10 +116,19 @@ def pass_line(report: Any, who: str, **extra: Any) -> dict[str, Any]:
         "examined": report.examined,
         "counts": report.counts(),
         "waiting": waiting,
-        "failed_checks": sum(1 for ch in report.waiting if failed(ch)),
+        "failed_checks": sum(1 for ch in [*report.waiting, *report.changes] if failed(ch)),
         "stopped": report.stopped,
         **extra,
     }
 
 
-__all__ = ["Log", "check_failed", "error_class", "failed", "json_lines", "pass_line", "transition"]
+__all__ = [
+    "Log",
+    "check_failed",
+    "error_class",
+    "failed",
+    "json_lines",
+    "pass_line",
+    "transition",
+    "unusable",
+]

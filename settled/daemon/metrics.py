@@ -5,12 +5,14 @@
   ``settled_callbacks_total{provider,reason}`` (for a process that receives callbacks),
   ``settled_queue_depth{status,provider}`` (open records, as of the last pass; 0 for
   every open status of every configured provider and of every provider with records),
-  ``settled_checks_total{result}`` (what each provider query observed; ``error`` when
-  it could not observe anything), ``settled_passes_total{result}``,
-  ``settled_pass_duration_seconds`` (histogram),
+  ``settled_checks_failing{provider}`` (open records whose last check could not be
+  made: a broken verifier), ``settled_checks_total{result}`` (what each provider
+  query observed; ``error`` when it could not observe anything),
+  ``settled_passes_total{result}``, ``settled_pass_duration_seconds`` (histogram),
   ``settled_last_successful_pass_timestamp_seconds`` and ``settled_healthy``.
 - ``/healthz``: 200 while passes succeed; 503 before the first pass has finished and
-  after a failed one.
+  after a failed one. The body names the providers whose records cannot be checked
+  now (a pass that runs is healthy even when a provider is down: the status stays 200).
 
 prometheus_client is an optional extra (``pip install 'settled[metrics]'``): only a
 daemon that exports metrics needs it. The HTTP server is the standard library's, so
@@ -96,6 +98,7 @@ class Metrics:
             "settled_healthy", "1 while the last pass succeeded, else 0.", registry=r
         )
         self._queue: dict[tuple[str, str], int] = {}
+        self._failing: dict[str, int] = {}
         self._ok: bool | None = None  # None: no pass has finished yet
         self._why = "no pass has finished yet"
         r.register(_QueueCollector(self))
@@ -106,7 +109,9 @@ class Metrics:
     # -- what the sweeper reports
     def transition(self, ch: Any) -> None:
         self.transitions.labels(ch.from_status, ch.to_status, ch.kind).inc()
-        if ch.seen:
+        if getattr(ch, "error", None) is not None:
+            self.checks.labels("error").inc()
+        elif ch.seen:
             self.checks.labels(ch.seen).inc()
 
     def callback(self, answer: Any) -> None:
@@ -117,7 +122,13 @@ class Metrics:
             self.callbacks.labels(answer.provider, reason).inc(n)
 
     def check(self, ch: Any, failed: bool) -> None:
-        self.checks.labels("error" if failed else (ch.seen or "error")).inc()
+        """A check that moved nothing: what it saw, or ``error`` when it could not see
+        anything. A record that was not queried (a pause the provider asked for, a
+        provider configured on another host) is no check."""
+        if failed:
+            self.checks.labels("error").inc()
+        elif ch.seen is not None:
+            self.checks.labels(ch.seen).inc()
 
     def pass_ended(self, ok: bool, seconds: float, ended_at: float, why: str = "") -> None:
         self.duration.observe(seconds)
@@ -127,22 +138,38 @@ class Metrics:
             self.last_success.set(ended_at)
         self._ok, self._why = ok, why
 
-    def queue(self, counts: dict[tuple[str, str], int]) -> None:
-        """Records by (status, provider), as the ledger counted them after a pass. Every
-        open status of every known provider (configured, or with records in the
-        ledger: records are never deleted) is a series, 0 when nothing is in it, so a
-        queue that empties reads 0 instead of disappearing (an alert on ``> 0`` would
-        otherwise keep its last value, and ``absent()`` could not tell "empty" from
-        "no daemon")."""
-        known = self.providers | {provider for _status, provider in counts}
+    def queue(
+        self, counts: dict[tuple[str, str], int], failing: dict[str, int] | None = None
+    ) -> None:
+        """Records by (status, provider), and open records whose last check could not
+        be made by provider, as the ledger counted them after a pass. Every open status
+        of every known provider (configured, or with records in the ledger: records are
+        never deleted) is a series, 0 when nothing is in it, and so is every known
+        provider's failing count: a queue that empties reads 0 instead of disappearing
+        (an alert on ``> 0`` would otherwise keep its last value, and ``absent()`` could
+        not tell "empty" from "no daemon")."""
+        failing = dict(failing or {})
+        known = self.providers | {provider for _status, provider in counts} | set(failing)
         depth = {(status, p): 0 for status in OPEN for p in known}
         depth.update({k: n for k, n in counts.items() if k[0] in OPEN})
-        self._queue = depth  # replaced whole: a scrape sees one pass's figures
+        # Replaced whole: a scrape sees one pass's figures.
+        self._queue = depth
+        self._failing = {**dict.fromkeys(known, 0), **failing}
 
     def health(self) -> tuple[int, str]:
+        """The status (200 while passes succeed) and a body that also names the
+        providers whose records cannot be checked now (the status stays 200: the
+        daemon is working; the monitors of the queue and the gauge page for those)."""
+        broken = ""
+        failing = {p: n for p, n in self._failing.items() if n}
+        if failing:
+            named = ", ".join(
+                f"{p} ({n} record{'' if n == 1 else 's'})" for p, n in sorted(failing.items())
+            )
+            broken = f"cannot be checked now: {named}\n"
         if self._ok:
-            return 200, "ok\n"
-        return 503, f"unhealthy: {self._why}\n"
+            return 200, "ok\n" + broken
+        return 503, f"unhealthy: {self._why}\n" + broken
 
     # -- serving
     def serve(self, host: str, port: int) -> tuple[str, int]:
@@ -205,6 +232,15 @@ class _QueueCollector:
         for (status, provider), n in sorted(self.metrics._queue.items()):
             g.add_metric([status, provider], n)
         yield g
+        f = GaugeMetricFamily(
+            "settled_checks_failing",
+            "Open records whose last check could not be made (provider unreachable or "
+            "unusable), by provider, as of the last pass.",
+            labels=["provider"],
+        )
+        for provider, n in sorted(self.metrics._failing.items()):
+            f.add_metric([provider], n)
+        yield f
 
     def describe(self) -> list[Any]:
         return []

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
-from ..model import DEFAULT_CONSISTENCY_WINDOW, Tier
+from ..model import DEFAULT_CONSISTENCY_WINDOW, DEFAULT_MIN_CHECKS, Tier
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,8 @@ class OperationSpec:
     timeout: float = 5.0
     verify_interval: float = 2.0
     verify_deadline: float = 300.0
+    # Checks made, each verify_interval after the last, before the budget may be given up.
+    verify_min_checks: int = DEFAULT_MIN_CHECKS
     queryable: bool = False  # has a query that reads the real effect
     carries_key: bool = False  # the request carries the reconciliation key
     snapshots: bool = False  # takes a pre-dispatch snapshot for attribution
@@ -78,6 +80,7 @@ class OperationSpec:
             "queryable": self.queryable,
             "verify_interval": self.verify_interval,
             "verify_deadline": self.verify_deadline,
+            "verify_min_checks": self.verify_min_checks,
             "verifies": self.verifies,
             "proof": self.proof,
             "backoff": self.backoff,

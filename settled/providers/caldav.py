@@ -250,9 +250,10 @@ class CalDavProvider(BaseProvider):
         self._redact = Redactor(secrets)
         timeout = number("timeout", conf.get("timeout", 5.0), positive=True)
         verify = conf.get("verify", {})
-        if not isinstance(verify, Mapping) or set(verify) - {"interval", "deadline"}:
+        if not isinstance(verify, Mapping) or set(verify) - {"interval", "deadline", "min_checks"}:
             raise ConfigError(
-                "verify: must be a table like verify = { interval = 2, deadline = 300 }"
+                "verify: must be a table like verify = { interval = 2, deadline = 300, "
+                "min_checks = 3 }"
             )
         common: dict[str, Any] = {
             "consistency_window": number("consistency_window", conf.get("consistency_window", 0.0)),
@@ -263,6 +264,9 @@ class CalDavProvider(BaseProvider):
             ),
             "verify_deadline": number(
                 "verify.deadline", verify.get("deadline", 300.0), positive=True
+            ),
+            "verify_min_checks": int(
+                number("verify.min_checks", verify.get("min_checks", 3), whole=True)
             ),
             "predicate": True,  # every query reads this action's own mark
             "dedupes_keys": True,  # conditional writes: a repeat cannot apply twice

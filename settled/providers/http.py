@@ -99,7 +99,7 @@ REQUEST_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 ENCODINGS = ("json", "form", "none")
 DEFAULT_TIMEOUT = 5.0
 DEFAULT_ATTEMPTS = 3
-DEFAULT_VERIFY = {"interval": 2.0, "deadline": 300.0}
+DEFAULT_VERIFY = {"interval": 2.0, "deadline": 300.0, "min_checks": 3.0}
 # Placeholders a request may use (the key only where the tier has one).
 REQUEST_FIELDS = {"params", "idempotency_key", "action_id", "attempt"}
 # What ``render`` shows for values settled only knows at dispatch.
@@ -411,7 +411,7 @@ class _Checker:
 _EXAMPLES = {
     "request": '{ method = "POST", path = "/messages" }',
     "query": '{ method = "GET", path = "/messages/{reconciliation_key}" }',
-    "verify": "{ interval = 2, deadline = 300 }",
+    "verify": "{ interval = 2, deadline = 300, min_checks = 3 }",
     "auth": '{ type = "bearer", token = "${API_TOKEN}" }',
     "operations": "[providers.NAME.operations.OP]",
     "": "{ ... }",
@@ -494,6 +494,7 @@ def _operation(c: _Checker, name: str, conf: Any, default_timeout: float) -> _Op
         timeout=budget.timeout,
         verify_interval=budget.verify_interval,
         verify_deadline=budget.verify_deadline,
+        verify_min_checks=budget.verify_min_checks,
         queryable=query is not None,
         carries_key=carries,  # blind requests cannot carry a key (refused above)
         verifies=verifies,
@@ -552,6 +553,7 @@ class _Budget:
     backoff: float | None
     verify_interval: float
     verify_deadline: float
+    verify_min_checks: int
 
 
 def _budget(c: _Checker, key: str, conf: Mapping[str, Any], default_timeout: float) -> _Budget:
@@ -568,11 +570,16 @@ def _budget(c: _Checker, key: str, conf: Mapping[str, Any], default_timeout: flo
     backoff = number(f"{key}.backoff", conf["backoff"]) if "backoff" in conf else None
     verify = dict(DEFAULT_VERIFY)
     if "verify" in conf:
-        vconf = c.table(f"{key}.verify", conf["verify"], ("interval", "deadline"))
+        vconf = c.table(f"{key}.verify", conf["verify"], ("interval", "deadline", "min_checks"))
         for vk in ("interval", "deadline"):
             if vk in vconf:
                 verify[vk] = number(f"{key}.verify.{vk}", vconf[vk], positive=True)
-    return _Budget(window, attempts, timeout, backoff, verify["interval"], verify["deadline"])
+        if "min_checks" in vconf:
+            verify["min_checks"] = number(
+                f"{key}.verify.min_checks", vconf["min_checks"], whole=True
+            )
+    return _Budget(window, attempts, timeout, backoff, verify["interval"], verify["deadline"],
+                   int(verify["min_checks"]))  # fmt: skip
 
 
 def _presentation(c: _Checker, key: str, conf: Mapping[str, Any]) -> Mapping[str, Any] | None:

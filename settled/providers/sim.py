@@ -38,18 +38,46 @@ _CONF: dict[str, tuple[tuple[type, ...], str, Any]] = {
     "attempts": ((int,), "a whole number >= 1, e.g. attempts = 3", 3),
     "verify_interval": ((int, float), "a number of seconds > 0, e.g. 2", 2.0),
     "verify_deadline": ((int, float), "a number of seconds > 0, e.g. 300", 300.0),
+    "verify_min_checks": ((int,), "a whole number >= 1, e.g. 3", 3),
 }
-_NUMBERS = ("timeout", "consistency_window", "attempts", "verify_interval", "verify_deadline")
+_NUMBERS = (
+    "timeout", "consistency_window", "attempts", "verify_interval", "verify_deadline",
+    "verify_min_checks",
+)  # fmt: skip
 _POSITIVE = ("timeout", "verify_interval", "verify_deadline")
+_WHOLE = ("attempts", "verify_min_checks")
+# ``verify = { interval, deadline, min_checks }``, as the other provider types write it;
+# the flat ``verify_*`` keys stay the same settings.
+_VERIFY = {"interval": "verify_interval", "deadline": "verify_deadline",
+           "min_checks": "verify_min_checks"}  # fmt: skip
+
+
+def _verify_table(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """``conf`` with a ``verify`` table spelled as its flat keys."""
+    if "verify" not in conf:
+        return dict(conf)
+    table = conf["verify"]
+    if not isinstance(table, Mapping) or set(table) - set(_VERIFY):
+        raise ConfigError(
+            "verify: must be a table like verify = { interval = 2, deadline = 300, min_checks = 3 }"
+        )
+    out = {k: v for k, v in conf.items() if k != "verify"}
+    for short, flat in _VERIFY.items():
+        if short in table:
+            if flat in conf:
+                raise ConfigError(f"verify.{short} and {flat} are the same setting; keep one")
+            out[flat] = table[short]
+    return out
 
 
 def _settings(conf: Mapping[str, Any]) -> dict[str, Any]:
     """Validate ``conf``: a one-line ConfigError naming the key and the fix. The
     registry prefixes the message with where the section lives (``providers.NAME``)."""
-    unknown = sorted(set(conf) - set(_CONF))
+    unknown = sorted(set(conf) - set(_CONF) - {"verify"})
     if unknown:
-        allowed = ", ".join(_CONF)
+        allowed = ", ".join([*_CONF, "verify"])
         raise ConfigError(f"unknown key {unknown[0]!r}; remove it (allowed: {allowed})")
+    conf = _verify_table(conf)
     if "base_url" not in conf:
         raise ConfigError('base_url is missing; add base_url = "http://127.0.0.1:PORT"')
     out: dict[str, Any] = {}
@@ -57,10 +85,10 @@ def _settings(conf: Mapping[str, Any]) -> dict[str, Any]:
         value = conf.get(key, default)
         if key in _NUMBERS:
             try:
-                out[key] = number(key, value, positive=key in _POSITIVE, whole=key == "attempts")
+                out[key] = number(key, value, positive=key in _POSITIVE, whole=key in _WHOLE)
             except ConfigError as exc:
                 raise ConfigError(f"{exc}; use {fix}") from None
-            if key == "attempts":
+            if key in _WHOLE:
                 out[key] = int(value)
             continue
         wrong = not isinstance(value, types)
@@ -94,6 +122,7 @@ class SimProvider(BaseProvider):
             "timeout": self._timeout,
             "verify_interval": float(settings["verify_interval"]),
             "verify_deadline": float(settings["verify_deadline"]),
+            "verify_min_checks": settings["verify_min_checks"],
         }
         effects = "GET /v1/effects/{reconciliation_key}"
         self._ops = {

@@ -222,24 +222,25 @@ async def resolve(call: Call) -> Response:
     if by is not None:
         by = _check_text(by, "by")
     attested = f"{by} via {call.actor}" if by else call.actor
-    # ``no_recheck`` is validated by the schema; the core's resolve has no recheck yet (rule 14).
+    recheck = not body.get("no_recheck", False)  # rule 14: weighed against the world first
 
     def work(s: Session) -> dict[str, Any]:
         ledger = s.ledger()
         rec = do_resolve(ledger, aid, applied=body["applied"], reason=body["reason"],
                          by=attested, now=ledger.clock().now(), evidence=body.get("evidence"),
-                         object_id=body.get("object_id"))  # fmt: skip
+                         object_id=body.get("object_id"), registry=s.registry(),
+                         recheck=recheck)  # fmt: skip
         return rec.to_json()
 
     return respond(await call.run(work))
 
 
 async def retry(call: Call) -> Response:
-    await call.json("RetryRequest")
+    body = await call.json("RetryRequest")
     aid = call.action_id
     assert aid is not None
-    # ``no_recheck`` is validated by the schema; Dispatcher.retry has no recheck yet (rule 14).
-    report = await call.run(lambda s: s.dispatcher(call.actor).retry(aid))
+    recheck = not body.get("no_recheck", False)  # rule 14: weighed against the world first
+    report = await call.run(lambda s: s.dispatcher(call.actor).retry(aid, recheck=recheck))
     return respond(report.to_json())
 
 

@@ -78,6 +78,8 @@ _RECORD_PROPS: dict[str, Any] = {
     "next_check_at": TIME_OR_NULL,
     "verify_deadline_at": TIME_OR_NULL,
     "checks": {"type": "integer", "minimum": 0},
+    "counted_checks": {"type": "integer", "minimum": 0, "description": "checks that spent the budget"},
+    "check_error": {**TEXT_OR_NULL, "description": "why the last check could not be made"},
     "reason": TEXT_OR_NULL,
     "lands_by": {**TIME_OR_NULL, "description": "last moment this attempt could reach the provider"},
     "contradiction": {**TEXT_OR_NULL, "description": "later evidence against a settled status"},
@@ -248,6 +250,11 @@ SCHEMAS: dict[str, Any] = {
                 "description": "one line saying what was wrong and how to fix it",
             },
             "action_id": {"type": "string"},
+            "record_status": {
+                "type": "string",
+                "description": "a verdict or retry refused because the check made first saw "
+                "the effect (rule 14): the status that evidence settled the action in",
+            },
         },
         "required": ["type", "title", "status", "detail"],
     },

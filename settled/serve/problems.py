@@ -28,6 +28,7 @@ from typing import Any
 from ..errors import (
     ConfigError,
     Conflict,
+    EffectVisible,
     InvalidInput,
     LedgerBusy,
     LedgerError,
@@ -118,6 +119,10 @@ def problem_for(exc: SettledError, action_id: str | None = None) -> Problem:
     if isinstance(exc, NotFound):
         what = f"no action {action_id!r}" if action_id is not None else "not found"
         return Problem(404, what, action_id=action_id)
+    if isinstance(exc, EffectVisible):  # rule 14: refused, and settled by what the check saw
+        status = getattr(exc.record, "status", None)
+        return Problem(409, _api_words(str(exc)), action_id=action_id,
+                       record_status=str(status) if status is not None else None)  # fmt: skip
     if isinstance(exc, Conflict):
         return Problem(409, _api_words(str(exc)), action_id=action_id)
     if isinstance(exc, (InvalidInput, UnknownProvider)):

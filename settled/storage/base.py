@@ -62,6 +62,8 @@ WRITABLE = frozenset(
         "snapshot",
         "lands_by",
         "contradiction",
+        "counted_checks",
+        "check_error",
     }
 )
 
@@ -77,7 +79,8 @@ class Move:
     ``owner`` and at ``attempt``). ``kind`` None is a change of schedule only (``to``
     must equal ``frm``): no event. A ``NOTE`` appends evidence without moving the
     record. ``correction`` marks a person's verdict on a contradicted terminal
-    record (``model.CORRECTIONS``)."""
+    record (``model.CORRECTIONS``); ``by_evidence`` an observation that outweighs a
+    FAILED status (``model.EVIDENCE_CORRECTIONS``, guarded on the attempt)."""
 
     action_id: str
     frm: Status
@@ -90,6 +93,7 @@ class Move:
     owner: str | None = None
     attempt: int | None = None
     correction: bool = False
+    by_evidence: bool = False
 
     def __post_init__(self) -> None:
         if self.kind is not None and self.kind.may_stay and self.frm is self.to:
@@ -100,7 +104,11 @@ class Move:
                     f"{self.kind or 'a schedule change'} cannot move {self.frm} → {self.to}"
                 )
         else:
-            check_transition(self.frm, self.to, correction=self.correction)
+            check_transition(
+                self.frm, self.to, correction=self.correction, by_evidence=self.by_evidence
+            )
+            if self.by_evidence and (self.kind is not EventKind.RECONCILED or self.attempt is None):
+                raise ValueError("a correction by evidence is a reconciled move on one attempt")
         bad = set(self.values) - WRITABLE
         if bad:
             raise ValueError(f"not writable: {sorted(bad)}")
@@ -449,6 +457,11 @@ class Ledger(ABC):
         """Records by (status, provider), for metrics."""
 
     @abstractmethod
+    def check_failures(self) -> dict[str, int]:
+        """Open records whose last check could not be made (``check_error``), by
+        provider: the verifiers that are broken now (metrics, ``/healthz``)."""
+
+    @abstractmethod
     def rivals(self, rec: ActionRecord, limit: int = 5) -> list[str]:
         """Other actions that asked for the same change (same provider, operation and
         params) and may have made it after ``rec``'s snapshot: sent, not proven never
@@ -499,6 +512,13 @@ class Ledger(ABC):
     @abstractmethod
     def commit(self, moves: Sequence[Move]) -> list[bool]:
         """Apply several moves in one transaction (group commit); whether each guard held."""
+
+    @abstractmethod
+    def claim_retries(self, pairs: Sequence[tuple[Move, Move]]) -> list[ActionRecord | None]:
+        """Bulk retry: for each ``(reopen, claim)`` pair, in ONE durable transaction,
+        the reopen (``FAILED → PENDING``, attempt N+1) and, only when its guard held,
+        the claim of the new attempt. One result per pair: the claimed record as
+        stored, or None when the reopen found the record moved on (nothing written)."""
 
     @abstractmethod
     def lease_due(
@@ -651,6 +671,8 @@ COLUMNS = (
     "lands_by",
     "contradiction",
     "declared",
+    "counted_checks",
+    "check_error",
 )
 
 
@@ -689,6 +711,8 @@ def to_row(rec: ActionRecord) -> dict[str, Any]:
         "lands_by": rec.lands_by,
         "contradiction": rec.contradiction,
         "declared": json_text(rec.declared.to_json()) if rec.declared else None,
+        "counted_checks": rec.counted_checks,
+        "check_error": rec.check_error,
     }
 
 
@@ -725,6 +749,8 @@ def from_row(row: Mapping[str, Any]) -> ActionRecord:
         lands_by=row.get("lands_by"),
         contradiction=row.get("contradiction"),
         declared=Declared.from_json(json.loads(declared)) if declared else None,
+        counted_checks=row.get("counted_checks") or 0,
+        check_error=row.get("check_error"),
         verify_started_at=row.get("verify_started_at"),
         snapshot=json.loads(snap) if snap is not None else None,
     )

@@ -509,6 +509,13 @@ class PostgresLedger(Ledger):
         rows = self._all("SELECT status, provider, count(*) FROM actions GROUP BY 1, 2")
         return {(r[0], r[1]): int(r[2]) for r in rows}
 
+    def check_failures(self) -> dict[str, int]:
+        rows = self._all(
+            "SELECT provider, count(*) FROM actions WHERE check_error IS NOT NULL"
+            " AND status NOT IN ('CONFIRMED', 'FAILED') GROUP BY 1"
+        )
+        return {r[0]: int(r[1]) for r in rows}
+
     def rivals(self, rec: ActionRecord, limit: int = 5) -> list[str]:
         rows = self._all(
             "SELECT action_id FROM actions WHERE provider = %s AND operation = %s"
@@ -644,6 +651,20 @@ class PostgresLedger(Ledger):
             return []
         with self._tx("commit results") as cur:
             return self._apply_all(cur, moves)
+
+    def claim_retries(self, pairs: Sequence[tuple[Move, Move]]) -> list[ActionRecord | None]:
+        out: list[ActionRecord | None] = []
+        if not pairs:
+            return out
+        with self._tx("reopen and claim a group") as cur:
+            for reopen, claim in pairs:
+                if self._apply(cur, reopen, everything=False) is None:
+                    out.append(None)
+                    continue
+                row = self._apply(cur, claim, everything=True)
+                assert row is not None  # reopened PENDING in this very transaction
+                out.append(from_row(row))
+        return out
 
     def lease_due(
         self,

@@ -203,9 +203,27 @@ def _m002_callbacks(cur: Cursor) -> None:
         cur.execute(statement)
 
 
+def _m003_checks(cur: Cursor) -> None:
+    # Only attempts spend a verification budget (rule 15): counted_checks are the checks
+    # that spent it (each at least verify.interval after the one before; the checks
+    # already made were the schedule's, so they count), check_error why the last
+    # attempt could not check anything (NULL once a check gets an answer).
+    cur.execute(
+        "ALTER TABLE actions ADD COLUMN counted_checks integer NOT NULL DEFAULT 0,"
+        " ADD COLUMN check_error text"
+    )
+    cur.execute("UPDATE actions SET counted_checks = checks")
+    # The daemon counts the records whose last check failed after every pass: few rows,
+    # read through an index of only those, never a scan of the ledger.
+    cur.execute(
+        "CREATE INDEX actions_check_error ON actions (provider) WHERE check_error IS NOT NULL"
+    )
+
+
 MIGRATIONS: list[tuple[str, Step]] = [
     ("001_initial", _m001_initial),
     ("002_callbacks", _m002_callbacks),
+    ("003_checks", _m003_checks),
 ]
 
 LATEST = len(MIGRATIONS)

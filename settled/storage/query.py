@@ -78,10 +78,13 @@ REASON_PATTERNS = (
 )
 _COMPILED = tuple((re.compile(p), r) for p, r in REASON_PATTERNS)
 
-# "Checks failing now": records whose last check could not observe anything. The
-# record field that says so is not part of this schema yet; until it is, this figure
-# reads no record as failing (0). When it lands, this is the one place to change.
-CHECKS_FAILING_NOW = "0"
+# "Checks failing now": open records whose last check could not observe anything (the
+# provider unreachable, or not even buildable: rule 15's ``check_error``), among those
+# selected.
+CHECKS_FAILING_NOW = (
+    "sum(CASE WHEN check_error IS NOT NULL AND status NOT IN ('CONFIRMED', 'FAILED')"
+    " THEN 1 ELSE 0 END)"
+)
 
 
 def reason_group(reason: str | None) -> str | None:

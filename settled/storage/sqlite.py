@@ -68,7 +68,7 @@ from .base import (
 )
 
 APPLICATION_ID = 0x53544C44  # "STLD": marks a file as a settled ledger
-SCHEMA_VERSION = 5  # == sqlite_schema.LATEST (checked by a test)
+SCHEMA_VERSION = 6  # == sqlite_schema.LATEST (checked by a test)
 DEFAULT_BUSY_TIMEOUT = 10.0
 HAS_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)  # UPDATE … RETURNING
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM actions"
@@ -340,6 +340,13 @@ class SqliteLedger(Ledger):
         rows = self._read_all("SELECT status, provider, count(*) FROM actions GROUP BY 1, 2")
         return {(r[0], r[1]): int(r[2]) for r in rows}
 
+    def check_failures(self) -> dict[str, int]:
+        rows = self._read_all(
+            "SELECT provider, count(*) FROM actions WHERE check_error IS NOT NULL"
+            " AND status NOT IN ('CONFIRMED', 'FAILED') GROUP BY 1"
+        )
+        return {r[0]: int(r[1]) for r in rows}
+
     def rivals(self, rec: ActionRecord, limit: int = 5) -> list[str]:
         rows = self._read_all(
             "SELECT action_id FROM actions WHERE provider = ? AND operation = ?"
@@ -435,6 +442,20 @@ class SqliteLedger(Ledger):
             return []
         with self._write("commit results") as c:
             return [self._apply(c, m, everything=False) is not None for m in moves]
+
+    def claim_retries(self, pairs: Sequence[tuple[Move, Move]]) -> list[ActionRecord | None]:
+        out: list[ActionRecord | None] = []
+        if not pairs:
+            return out
+        with self._write("reopen and claim a group") as c:
+            for reopen, claim in pairs:
+                if self._apply(c, reopen, everything=False) is None:
+                    out.append(None)
+                    continue
+                row = self._apply(c, claim, everything=True)
+                assert row is not None  # reopened PENDING in this very transaction
+                out.append(from_row(row))
+        return out
 
     def lease_due(
         self,

@@ -194,12 +194,30 @@ def _m005_callbacks(db: sqlite_utils.Database) -> None:
     )
 
 
+def _m006_checks(db: sqlite_utils.Database) -> None:
+    # Only attempts spend a verification budget (rule 15):
+    # - counted_checks: the checks that spent it, each at least verify.interval after
+    #   the one before (``checks`` keeps counting every attempt); the checks already
+    #   made were the schedule's, so they count;
+    # - check_error: why the last attempt could not check anything (the provider
+    #   unreachable, or not even buildable); NULL once a check gets an answer.
+    db.execute("ALTER TABLE actions ADD COLUMN counted_checks INTEGER NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE actions ADD COLUMN check_error TEXT")
+    db.execute("UPDATE actions SET counted_checks = checks")
+    # The daemon counts the records whose last check failed after every pass: few rows,
+    # read through an index of only those, never a scan of the ledger.
+    db.execute(
+        "CREATE INDEX actions_check_error ON actions(provider) WHERE check_error IS NOT NULL"
+    )
+
+
 MIGRATIONS: list[tuple[str, Step]] = [
     ("001_initial", _m001_initial),
     ("002_no_replace", _m002_no_replace),
     ("003_rivals_index", _m003_rivals_index),
     ("004_edges", _m004_edges),
     ("005_callbacks", _m005_callbacks),
+    ("006_checks", _m006_checks),
 ]
 
 LATEST = len(MIGRATIONS)

@@ -1,0 +1,56 @@
+"""The schema step that rule 15 needs (``counted_checks``, ``check_error``) on a ledger
+written before it, on both backends: the records keep every field, the checks already
+made (the schedule's) count, and nothing else changes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import rawdb
+from records import new_record
+
+from settled.ledger import Ledger
+from settled.model import Status, Tier
+from settled.storage import postgres_schema, sqlite_schema
+
+
+def the_step(location: Any) -> tuple[int, str]:
+    """The step's number and name on this backend (found by name: the latest step)."""
+    steps = (postgres_schema if rawdb.is_pg(location) else sqlite_schema).MIGRATIONS
+    number, name = next((n, name) for n, (name, _) in enumerate(steps, 1)
+                        if name.endswith("_checks"))  # fmt: skip
+    assert number == len(steps), "the checks step is the latest: undo any later one here too"
+    return number, name
+
+
+def before_the_step(location: Any) -> None:
+    """Make the ledger look as one written before the step did."""
+    number, name = the_step(location)
+    rawdb.execute(location, "DROP INDEX actions_check_error")
+    for column in ("counted_checks", "check_error"):
+        rawdb.execute(location, f"ALTER TABLE actions DROP COLUMN {column}")
+    rawdb.execute(location, "DELETE FROM _migrations WHERE name = ?", (name,))
+    if rawdb.is_pg(location):
+        rawdb.execute(location, "UPDATE settled_ledger SET version = ?", (number - 1,))
+    else:
+        rawdb.execute(location, f"PRAGMA user_version = {number - 1}")
+
+
+def test_a_ledger_from_before_the_step_is_migrated_and_its_checks_count(location: Any) -> None:
+    with Ledger.open(location) as led:
+        led.record(new_record("old", tier=Tier.RECONCILABLE), actor="t")
+        led.record(new_record("new", tier=Tier.RECONCILABLE), actor="t")
+    rawdb.execute(location, "UPDATE actions SET checks = 4 WHERE action_id = 'old'")
+    before_the_step(location)
+    with Ledger.open(location) as led:
+        old, new = led.get("old"), led.get("new")
+        assert (old.checks, old.counted_checks, old.check_error) == (4, 4, None)
+        assert (new.checks, new.counted_checks) == (0, 0) and old.status is Status.PENDING
+        assert [e.kind for e in led.events("old")] == ["recorded"]
+        assert led.integrity_check() == "ok"
+        assert led.check_failures() == {}
+    names = [r[0] for r in rawdb.execute(location, "SELECT name FROM _migrations ORDER BY name")]
+    steps = postgres_schema if rawdb.is_pg(location) else sqlite_schema
+    assert names == [name for name, _ in steps.MIGRATIONS]
+    with Ledger.open(location) as led:  # reopening applies nothing twice
+        assert led.get("old").counted_checks == 4
