@@ -640,6 +640,9 @@ def judge(
         return unresolved(rec, now, why, evidence, owner=owner, actor=actor, tally=tally)
     # Never capped at the deadline: the checks that count stay verify_interval apart.
     nxt = plus(now, declared.verify_interval)
+    scheduled = from_text(rec.next_check_at)
+    if not counts and scheduled is not None:
+        nxt = scheduled  # a forced check never postpones the scheduled one that counts
     eligible = from_text(rec.eligible_at)
     if eligible is not None and nxt < eligible:
         nxt = eligible  # an early (forced) check: the scheduled one still runs

@@ -142,11 +142,20 @@ def test_the_reconcile_job_reads_its_secrets_and_settles_under_crons_environment
     bare = job.replace("set -a && . /etc/settled/secrets.env && ", "")
     assert bare != job
     out = host.cron(bare)
-    assert out.returncode == 0, out.stderr
-    [summary] = [e for e in host.log_lines() if e["event"] == "pass"]
-    assert summary["failed_checks"] == 1 and summary["counts"] == {}, host.log_lines()
+    # Rule 15: a verifier that cannot be built is loud under cron: exit 1 (cron mails it,
+    # a wrapper alerts), a check_failed line naming the missing variable, and the attempt
+    # counts, so the record reaches the queue when its budget is spent.
+    assert out.returncode == 1, out.stderr
+    lines = host.log_lines()
+    [failed] = [e for e in lines if e["event"] == "check_failed"]
+    assert failed["action_id"] == "m-2" and "MAIL_TOKEN" in json.dumps(failed), lines
+    [summary] = [e for e in lines if e["event"] == "pass"]
+    assert summary["failed_checks"] == 1 and summary["counts"] == {}, lines
+    assert TOKEN not in host.log.read_text()
     with Ledger.open(location) as led:
-        assert str(led.get("m-2").status) == "AWAITING_VERIFICATION"
+        rec = led.get("m-2")
+        assert str(rec.status) == "AWAITING_VERIFICATION"
+        assert rec.counted_checks == 1 and "MAIL_TOKEN" in (rec.check_error or "")
 
 
 def test_the_monitor_job_pages_by_its_full_path_only_when_something_waits(
