@@ -200,3 +200,27 @@ def test_other_commands_still_end_on_sigterm(
     proc.send_signal(signal.SIGTERM)
     code, out, err = finish(proc)
     assert code == -signal.SIGTERM, (code, out, err)
+
+
+# -- the service's start-up ---------------------------------------------------------------
+
+
+def test_sigterm_during_serve_start_up_stops_it_cleanly(tmp_path: Path, sim: SimServer) -> None:
+    """`settled serve` as the daemon: a SIGTERM that comes while it imports, reads its
+    config and opens the ledger is kept, and the service stops as soon as it runs, with
+    its `stopping` and `stopped` lines and exit 0; never a silent 143."""
+    pytest.importorskip("uvicorn")
+    from serving import token_env, write_serve_config
+
+    write_serve_config(tmp_path / "settled.toml", sim)
+    proc = popen_cli("serve", "--listen", "127.0.0.1:0", env=token_env())
+    wait_until("the SIGTERM handler is installed", lambda: handles_sigterm(proc.pid))
+    proc.send_signal(signal.SIGTERM)
+    code, _out, err = finish(proc)
+    assert code == 0, err
+    events = [e["event"] for e in daemon_lines(err)]
+    assert events[-2:] == ["stopping", "stopped"], err
+    assert "listening" not in events  # it never said it was serving
+    stopping = next(e for e in daemon_lines(err) if e["event"] == "stopping")
+    assert stopping["reason"] == "SIGTERM"
+    assert "Traceback" not in err

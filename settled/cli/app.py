@@ -63,7 +63,7 @@ def _version(value: bool) -> None:
 
 # Commands that take SIGTERM themselves from the very start (cli.signals); for every
 # other command it means the end of the process, as it always did.
-TAKES_SIGTERM = frozenset({"daemon"})
+TAKES_SIGTERM = frozenset({"daemon", "serve"})
 
 
 @app.callback()

@@ -57,8 +57,23 @@ def register(app: typer.Typer) -> None:
             False, "--reconcile", help="Also run the reconciliation pass, as `settled daemon`."
         ),
     ) -> None:
+        import signal
+
         from ..daemon.notify import Notifier
         from ..errors import ConfigError, UsageError
+        from . import signals
+
+        # A stop may come at any moment of the start-up (the imports and the ledger take
+        # a while): it is kept, and the service stops as soon as it runs, with its
+        # `stopping` and `stopped` lines and exit 0, as the daemon does.
+        early: list[int] = []
+
+        def on_signal(signum: int, _frame: object) -> None:
+            early.append(signum)
+
+        if signals.take(on_signal):
+            early.append(signal.SIGTERM)
+        signal.signal(signal.SIGINT, on_signal)
         from ..serve.address import DEFAULT_LISTEN, is_loopback, is_wildcard, parse_listen
         from ..serve.run import bind, require
 
@@ -105,7 +120,7 @@ def register(app: typer.Typer) -> None:
             sock.close()
             raise
         try:
-            code = run(build(service), service, sock, Notifier())
+            code = run(build(service), service, sock, Notifier(), early=early)
         finally:
             service.close()
         raise typer.Exit(code)

@@ -149,8 +149,14 @@ class _JsonLogging(logging.Handler):
                           message=message)  # fmt: skip
 
 
-def serve(app: Any, service: Service, sock: socket.socket, notifier: Notifier) -> int:
-    """Serve ``app`` on ``sock`` until SIGTERM/SIGINT; 0 when it stopped cleanly."""
+def serve(
+    app: Any, service: Service, sock: socket.socket, notifier: Notifier,
+    early: list[int] | None = None,
+) -> int:  # fmt: skip
+    """Serve ``app`` on ``sock`` until SIGTERM/SIGINT; 0 when it stopped cleanly.
+
+    ``early`` is the list the command's own handlers filled during start-up: a signal
+    that came before uvicorn took them over stops the service as soon as it starts."""
     import asyncio
 
     import uvicorn
@@ -171,6 +177,8 @@ def serve(app: Any, service: Service, sock: socket.socket, notifier: Notifier) -
 
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             self.loop = asyncio.get_running_loop()
+            if stops and not self.should_exit:  # it came before uvicorn's handlers
+                self.handle_exit(stops[0], None)
             await super().startup(sockets=sockets)
             if not self.should_exit:
                 listening()
@@ -213,7 +221,7 @@ def serve(app: Any, service: Service, sock: socket.socket, notifier: Notifier) -
     server = Server(config)
     # uvicorn stops gracefully on SIGTERM/SIGINT, then re-raises the signal to the
     # handlers it found: with these, a requested stop ends in exit 0, as the daemon's does.
-    stops: list[int] = []
+    stops: list[int] = early if early is not None else []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stops.append(signum))
     try:
