@@ -97,7 +97,7 @@ class Sweeper:
         if self.clock is None:
             self.clock = self.ledger.clock()
         if self.schema is None:
-            self.schema = self.ledger.schema_version()
+            self.schema = self.ledger.schema  # as this process opened it
 
     @property
     def now_text(self) -> str:

@@ -198,6 +198,8 @@ def serve(app: Any, service: Service, sock: socket.socket, notifier: Notifier) -
         notifier.ready(f"serving {url}")
 
     def stopping(reason: str) -> None:
+        if service.sweeper is not None and service.sweeper.exit_code:
+            reason = "ledger_changed"  # the sweeper's own SIGTERM: its schema moved
         service.stopping = True
         service.emit("stopping", reason=reason)
         notifier.stopping()
