@@ -50,6 +50,8 @@ WRITING = [
     ("resolve", "old", "--applied", "--reason", "seen in the provider's console"),
     ("retry", "old", "--no-recheck"),
     ("daemon", "--once"),
+    ("confirm", "old"),
+    ("serve", "--listen", "127.0.0.1:0"),
 ]
 
 
