@@ -16,6 +16,7 @@ import queue
 import re
 import stat
 import subprocess
+import sys
 import threading
 import time
 import tomllib
@@ -278,28 +279,34 @@ def test_migrate_backup_on_postgres_is_refused_pointing_at_pg_dump(location: str
 # -- a running daemon whose ledger's schema moves ------------------------------------------
 
 
+# `settled migrate` of a newer settled: this one with one more schema step (a table).
+NEWER_SETTLED = """
+import sys
+from settled.storage import postgres_schema, sqlite, sqlite_schema
+from settled.storage.postgres import PostgresLedger
+
+sqlite_schema.MIGRATIONS.append(("999_newer", lambda db: db.execute("CREATE TABLE newer (x)")))
+sqlite.SCHEMA_VERSION = sqlite_schema.LATEST = len(sqlite_schema.MIGRATIONS)
+sqlite.SqliteLedger.latest_schema = sqlite.SCHEMA_VERSION
+postgres_schema.MIGRATIONS.append(("999_newer", lambda cur: cur.execute("CREATE TABLE newer (x int)")))
+postgres_schema.LATEST = len(postgres_schema.MIGRATIONS)
+PostgresLedger.latest_schema = postgres_schema.LATEST
+from settled.cli import main
+main(sys.argv[1:])
+"""
+
+
 def newer_step(location: Any) -> int:
-    """What a newer settled's `settled migrate` does: one more step, in one transaction."""
+    """Run a newer settled's `settled migrate` on the ledger, as a real process; the
+    schema version it leaves."""
     n = latest(location) + 1
-    if rawdb.is_pg(location):
-        import psycopg
-
-        with psycopg.connect(str(location)) as conn, conn.transaction():
-            conn.execute("CREATE TABLE from_a_newer_settled (x integer)")
-            conn.execute("INSERT INTO _migrations (name) VALUES (%s)", (f"{n:03}_newer",))
-            conn.execute("UPDATE settled_ledger SET version = %s", (n,))
-    else:
-        import sqlite3
-
-        conn = sqlite3.connect(location, isolation_level=None)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("CREATE TABLE from_a_newer_settled (x INTEGER)")
-            conn.execute("INSERT INTO _migrations VALUES (?, 'now')", (f"{n:03}_newer",))
-            conn.execute(f"PRAGMA user_version = {n}")
-            conn.execute("COMMIT")
-        finally:
-            conn.close()
+    out = subprocess.run(
+        [sys.executable, "-c", NEWER_SETTLED, "migrate"],
+        capture_output=True, text=True, timeout=60, cwd=str(ROOT), check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert f"applied 999_newer: schema {n - 1} → {n}" in out.stdout, out.stdout
+    assert stored_version(location) == n
     return n
 
 
