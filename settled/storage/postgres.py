@@ -315,6 +315,8 @@ class PostgresLedger(Ledger):
         )
 
     def _setup(self, conn: Conn, create: bool, mode: SchemaMode = SchemaMode.MIGRATE) -> None:
+        from .sqlite import _newer
+
         latest = postgres_schema.LATEST
         with conn.cursor() as cur:
             found, other = postgres_schema.inspect(cur)
@@ -330,10 +332,7 @@ class PostgresLedger(Ledger):
                         "(check --db, SETTLED_DB or [ledger] url)"
                     )
         if found is not None and found > latest:
-            raise LedgerError(
-                f"{self.location} was written by a newer settled (schema {found} > "
-                f"{latest}); upgrade settled"
-            )
+            raise LedgerError(_newer(self.location, found, latest))
         if found is None or (found < latest and mode is SchemaMode.MIGRATE):
             postgres_schema.migrate(conn, self.location)
             found = self._read_version(conn)

@@ -220,10 +220,7 @@ class SqliteLedger(Ledger):
         c.execute("PRAGMA foreign_keys = ON")
         (version,) = self._read_one("PRAGMA user_version")
         if version > SCHEMA_VERSION:
-            raise LedgerError(
-                f"{self.path} was written by a newer settled (schema {version} > "
-                f"{SCHEMA_VERSION}); upgrade settled"
-            )
+            raise LedgerError(_newer(self.path, version, SCHEMA_VERSION))
         if version < SCHEMA_VERSION and (new or mode is SchemaMode.MIGRATE):
             from . import sqlite_schema
 
@@ -875,6 +872,17 @@ def _pending_where(rec: ActionRecord) -> tuple[str, list[Any]]:
         [rec.provider, rec.action_id, rec.action_id, rec.reconciliation_key,
          rec.provider_object_id],
     )  # fmt: skip
+
+
+def _newer(where: str, found: int, latest: int) -> str:
+    """The refusal of a ledger a newer settled migrated: what this one is, and writes."""
+    from .. import __version__
+
+    return (
+        f"{where} was written by a newer settled (schema {found}; settled {__version__} "
+        f"writes schema {latest}): upgrade settled (`settled --version` on the newer one "
+        "names its schema)"
+    )
 
 
 def _prepare_file(path: str, create: bool) -> bool:
