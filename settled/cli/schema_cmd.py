@@ -51,20 +51,21 @@ def register(app: typer.Typer) -> None:
         location = STATE.ledger_location()
         if backup is not None and not backup:
             raise InvalidInput("--backup needs a file name")
-        if backup is not None and os.path.lexists(backup):  # refused before anything is said
-            raise InvalidInput(f"--backup {backup}: a file is already there; name a new file")
         with Ledger.open_for_migration(location, busy_timeout=STATE.config().busy_timeout) as led:
-            pg = type(led).__name__ == "PostgresLedger"
+            pg = led.backend == "postgresql"
+            # --backup is refused before anything is listed or changed
             if backup is not None and pg:
                 raise InvalidInput(
                     f"--backup copies SQLite ledgers only; back up {led.location} with pg_dump "
                     "(e.g. pg_dump --schema=NAME --format=custom) before `settled migrate`"
                 )
+            if backup is not None and os.path.lexists(backup):
+                raise InvalidInput(f"--backup {backup}: a file is already there; name a new file")
             found, latest = led.schema_version(), led.latest_schema
             steps = led.pending_steps()
             report: dict[str, Any] = {
                 "ledger": led.location,
-                "backend": "postgresql" if pg else "sqlite",
+                "backend": led.backend,
                 "from": found,
                 "to": latest,
                 "dry_run": dry_run,

@@ -384,6 +384,7 @@ class Ledger(ABC):
     driver surface as ``settled.errors.LedgerError`` (or a subclass)."""
 
     location: str  # where it is, fit to show (a URL's password is masked)
+    backend: str = ""  # "sqlite" or "postgresql"
     thread_safe = False  # whether several threads may use one ledger object at once
     probe: Probe = no_probe  # crash points, armed by tests through the process entry
 

@@ -232,6 +232,7 @@ class DatabaseClock(SteadyClock):
 
 class PostgresLedger(Ledger):
     thread_safe = True  # threads that use it at once get connections of their own
+    backend = "postgresql"
     latest_schema = postgres_schema.LATEST
 
     def __init__(

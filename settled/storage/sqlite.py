@@ -121,6 +121,7 @@ def _is_busy(exc: sqlite3.Error) -> bool:
 
 
 class SqliteLedger(Ledger):
+    backend = "sqlite"
     latest_schema = SCHEMA_VERSION
 
     def __init__(
