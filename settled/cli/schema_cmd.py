@@ -96,8 +96,8 @@ def register(app: typer.Typer) -> None:
             else:
                 if backup is not None:
                     led.backup(backup)
-                    report["backup"] = backup
-                    say(f"backed up to {backup} (schema {found})")
+                    report["backup"] = os.path.abspath(backup)
+                    say(f"backed up to {report['backup']} (schema {found})")
                 by_number = {s["to"]: s for s in report["steps"]}
 
                 def announce(number: int, name: str) -> None:
