@@ -31,6 +31,8 @@ _WHERE = {
 }  # fmt: skip
 
 if TYPE_CHECKING:
+    __version__: str
+
     from .agents import check, tool
     from .clock import Clock, FakeClock
     from .config import Config
@@ -69,6 +71,15 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # one source: the package's metadata (pyproject's version)
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("settled")
+        except PackageNotFoundError:  # a source tree that was never installed
+            found = "0+unknown"
+        globals()[name] = found
+        return found
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'settled' has no attribute {name!r}")
@@ -80,8 +91,6 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
-
-__version__ = "0.1.0"
 
 __all__ = [
     "TRANSITIONS",

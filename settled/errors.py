@@ -8,6 +8,7 @@
     │   ├── LedgerBusy               the write lock stayed taken too long
     │   ├── LedgerFull               the disk (or the database's quota) is full
     │   ├── LedgerReadOnly           the ledger cannot be written (read-only file or mount)
+    │   ├── LedgerOutdated           an older schema; `settled migrate` brings it up to date
     │   └── OutcomeNotRecorded       a request WAS sent, but its outcome could not be written
     ├── UnknownProvider              provider or operation not registered
     ├── NotFound                     no action with that id
@@ -65,6 +66,20 @@ class LedgerFull(LedgerError):
 
 class LedgerReadOnly(LedgerError):
     pass
+
+
+class LedgerOutdated(LedgerError):
+    """The ledger's schema is older than this settled's, and it was opened without
+    migrating (migrations are explicit: ``settled migrate``). ``found`` and ``needed``
+    are the schema versions."""
+
+    def __init__(self, location: str, found: int, needed: int) -> None:
+        super().__init__(
+            f"{location} has ledger schema {found}, this settled needs {needed}: "
+            "run `settled migrate`"
+        )
+        self.found = found
+        self.needed = needed
 
 
 class OutcomeNotRecorded(LedgerError):

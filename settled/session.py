@@ -32,10 +32,17 @@ class Session:
 
     ``db`` and ``config_path`` override ``SETTLED_DB`` and ``SETTLED_CONFIG``; without
     either, the ledger is ``[ledger] url`` (PostgreSQL) or ``[ledger] path`` from the
-    config, else the per-user default (``$XDG_DATA_HOME/settled/settled.db``)."""
+    config, else the per-user default (``$XDG_DATA_HOME/settled/settled.db``).
 
-    def __init__(self, *, db: str | None = None, config_path: str | None = None) -> None:
+    ``migrate`` (the library's default) lets opening apply the schema steps an older
+    ledger lacks; ``migrate=False`` (the CLI, the service, the MCP server) refuses an
+    older ledger with "run `settled migrate`" (rule 18: migrations are explicit)."""
+
+    def __init__(
+        self, *, db: str | None = None, config_path: str | None = None, migrate: bool = True
+    ) -> None:
         self.db = db if db is not None else (os.environ.get("SETTLED_DB") or None)
+        self.migrate = migrate
         self.config_path = config_path
         self._config: Config | None = None
         self._ledger: Ledger | None = None
@@ -57,9 +64,11 @@ class Session:
         cfg = self.config()
         return self.db or cfg.ledger_url or cfg.ledger_path or default_db_path()
 
-    def ledger(self, *, create: bool = True) -> Ledger:
-        """The ledger, opened once. ``create=False`` is for commands that only read: a
-        missing ledger is an error naming its path, never a new empty file."""
+    def ledger(self, *, create: bool = True, read_only: bool = False) -> Ledger:
+        """The ledger, opened once. ``create=False``: a missing ledger is an error
+        naming its path, never a new empty file. ``read_only`` is for commands that only
+        read: never created, migrated or written; an older ledger is read as it is when
+        it holds every column settled reads (``Ledger.open``)."""
         if self._ledger is None:
             from .ledger import Ledger
 
@@ -68,7 +77,12 @@ class Session:
             if create and not self.db and not cfg.ledger_path and not cfg.ledger_url:
                 os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
             self._ledger = Ledger.open(
-                path, busy_timeout=cfg.busy_timeout, create=create, probe=self.probe
+                path,
+                busy_timeout=cfg.busy_timeout,
+                create=create,
+                migrate=self.migrate,
+                read_only=read_only,
+                probe=self.probe,
             )
         return self._ledger
 

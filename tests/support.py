@@ -32,6 +32,7 @@ COMMANDS = [
     "daemon",
     "demo",
     "mcp",
+    "migrate",
     "migrate-ledger",
     "serve",
 ]

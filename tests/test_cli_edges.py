@@ -294,7 +294,10 @@ def test_help_has_examples_and_clean_metavars(cmd: str) -> None:
 @pytest.mark.ledger_incidental
 def test_version() -> None:
     out = run_cli("--version")
-    assert out.returncode == 0 and re.fullmatch(r"settled \S+\n", out.stdout)
+    assert out.returncode == 0
+    assert re.fullmatch(
+        r"settled \S+ \(ledger schema \d+; PostgreSQL ledger schema \d+\)\n", out.stdout
+    )
 
 
 @pytest.mark.ledger_incidental

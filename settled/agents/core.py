@@ -338,7 +338,9 @@ class Toolbox:
     ``db`` and ``config_path`` are those of :class:`~settled.session.Session` (default:
     ``SETTLED_DB`` / ``SETTLED_CONFIG`` / ``./settled.toml``, like the CLI). ``confirm``
     names operations (``"provider.operation"``) that need a person's confirmation in
-    addition to those whose declaration says so.
+    addition to those whose declaration says so. ``migrate`` is the session's:
+    ``False`` (``settled mcp``, ``settled serve``) refuses an older ledger with "run
+    `settled migrate`" instead of migrating it as it opens.
 
     Each call works in a session of its own. With ``pool`` > 0, up to that many
     sessions are kept open (``prepare`` opens them all) and calls from several threads
@@ -353,9 +355,11 @@ class Toolbox:
         actor: str = "agent",
         confirm: Iterable[str] = (),
         pool: int = 0,
+        migrate: bool = True,
     ) -> None:
         self.db = db
         self.config_path = config_path
+        self.migrate = migrate
         self.actor = actor
         self.confirm_ops = frozenset(confirm)
         self.pool = pool
@@ -365,7 +369,7 @@ class Toolbox:
         self._closed = False
 
     def _new(self, create: bool) -> Session:
-        s = Session(db=self.db, config_path=self.config_path)
+        s = Session(db=self.db, config_path=self.config_path, migrate=self.migrate)
         try:
             s.ledger(create=create)
         except BaseException:

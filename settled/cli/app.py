@@ -51,13 +51,14 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from importlib.metadata import PackageNotFoundError, version
+        from .. import __version__
+        from ..storage import postgres_schema
+        from ..storage.sqlite import SCHEMA_VERSION
 
-        try:
-            v = version("settled")
-        except PackageNotFoundError:
-            v = "unknown (not installed)"
-        typer.echo(f"settled {v}")
+        typer.echo(
+            f"settled {__version__} (ledger schema {SCHEMA_VERSION}; "
+            f"PostgreSQL ledger schema {postgres_schema.LATEST})"
+        )
         raise typer.Exit(0)
 
 
@@ -90,7 +91,7 @@ def _globals(
         "--version",
         callback=_version,
         is_eager=True,
-        help="Print settled's version and exit.",
+        help="Print settled's version and its ledger schema versions, and exit.",
     ),
 ) -> None:
     from . import signals
@@ -110,6 +111,7 @@ from . import (  # noqa: E402  (commands register on `app`)
     migrate_cmd,
     providers_cmd,
     queue_cmd,
+    schema_cmd,
     serve_cmd,
     settle,
     stats_cmd,
@@ -124,5 +126,6 @@ daemon_cmd.register(app)
 providers_cmd.register(app)
 demo.register(app)
 mcp_cmd.register(app)
+schema_cmd.register(app)
 migrate_cmd.register(app)
 serve_cmd.register(app)

@@ -77,10 +77,12 @@ def one_line(text: str) -> str:
 
 class State(Session):
     """The session every command of one CLI process shares; ``--db`` and ``--config``
-    are set by the global options before a command runs."""
+    are set by the global options before a command runs. No command migrates a ledger
+    as it opens it: an older one is refused with "run `settled migrate`", or, by a
+    command that only reads, read as it is when it can be."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(migrate=False)  # migrations are explicit: `settled migrate`
         self.extra: dict[str, Any] = {}
 
 

@@ -25,7 +25,7 @@ def _session(ctx: Any) -> Any:
 
 def action_ids(ctx: Any, incomplete: str) -> list[str]:
     try:
-        return _session(ctx).ledger(create=False).ids(incomplete, limit=LIMIT)  # type: ignore[no-any-return]
+        return _session(ctx).ledger(read_only=True).ids(incomplete, limit=LIMIT)  # type: ignore[no-any-return]
     except Exception:
         return []
 
@@ -36,7 +36,7 @@ def providers(ctx: Any, incomplete: str) -> list[str]:
     try:
         s = _session(ctx)
         try:
-            ledger = s.ledger(create=False)
+            ledger = s.ledger(read_only=True)
         except Exception:
             ledger = None
         names, _ = known_names(ledger)
@@ -51,7 +51,7 @@ def operations(ctx: Any, incomplete: str) -> list[str]:
     try:
         s = _session(ctx)
         try:
-            ledger = s.ledger(create=False)
+            ledger = s.ledger(read_only=True)
         except Exception:
             ledger = None
         provider = ctx.params.get("provider") if ctx is not None else None

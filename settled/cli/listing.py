@@ -325,7 +325,7 @@ def register(app: typer.Typer) -> None:
         from .select import read_ids
 
         chosen = read_ids(action_ids)
-        ledger = STATE.ledger(create=False)
+        ledger = STATE.ledger(read_only=True)
         if len(chosen.ids) == 1 and not chosen.from_stdin:  # one action: as it always was
             rec = ledger.get(chosen.ids[0])
             if as_json:

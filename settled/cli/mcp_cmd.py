@@ -65,5 +65,7 @@ def register(app: typer.Typer) -> None:
         from ..agents.mcp_server import POOL, build_server, serve
 
         debug = bool(os.environ.get("SETTLED_DEBUG"))
-        with Toolbox(db=STATE.db, config_path=STATE.config_path, actor="mcp", pool=POOL) as box:
+        with Toolbox(
+            db=STATE.db, config_path=STATE.config_path, actor="mcp", pool=POOL, migrate=False
+        ) as box:
             serve(build_server(box, debug=debug), address)

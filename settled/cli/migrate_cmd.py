@@ -36,7 +36,10 @@ def register(app: typer.Typer) -> None:
         from ..ledger import Ledger
         from ..storage.transfer import copy_ledger
 
-        with Ledger.open(source, create=False) as src, Ledger.open(target) as dst:
+        with (
+            Ledger.open(source, create=False, migrate=False) as src,
+            Ledger.open(target, migrate=False) as dst,
+        ):
             report = copy_ledger(src, dst)
         if as_json:
             emit_json(report.to_json())

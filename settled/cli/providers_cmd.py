@@ -102,7 +102,7 @@ def audit_cmd(
         for name in reg.names()
         for op, spec in reg.provider(name).operations().items()
     }
-    report = audit(STATE.ledger(create=False), specs, STATE.config().callbacks)
+    report = audit(STATE.ledger(read_only=True), specs, STATE.config().callbacks)
     code = 4 if report.debt else 0
     if as_json:
         emit_json(report.to_json())

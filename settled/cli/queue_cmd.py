@@ -205,7 +205,7 @@ def _draw(fmt: str, opts: dict[str, Any]) -> int:
     """One look at the queue, printed; how many rows it showed."""
     from dataclasses import replace
 
-    ledger = STATE.ledger(create=False)
+    ledger = STATE.ledger(read_only=True)
     now = ledger.clock(anchor=False).now()
     sel = _selection(ledger, now, opts)
     limit = opts["limit"]

@@ -177,7 +177,7 @@ def register(app: typer.Typer) -> None:
         statuses = parse_statuses(status) if status else None
         older = parse_duration(older_than) if older_than else None
         within = parse_duration(since) if since else None
-        ledger = STATE.ledger(create=False)
+        ledger = STATE.ledger(read_only=True)
         now = ledger.clock(anchor=False).now()
         check_filters(ledger, provider, operation)
 

@@ -14,6 +14,10 @@ interval job, until asked to stop.
   its commit, a ``check_failed`` warning per attempt that could not observe anything
   (provider, operation, error class; such attempts count, rule 15), a summary per
   pass, a heartbeat at a steady interval.
+- Before each pass it reads the ledger's schema version again (one cheap read): when
+  it moved since the start (a newer settled ran ``settled migrate``), the daemon logs
+  one ``ledger_changed`` line, runs no pass on a schema it does not know, and stops
+  with exit 1 (rule 18).
 - ``metrics`` (``settled.daemon.metrics``) and ``notifier`` (systemd's
   ``Type=notify`` and watchdog, ``settled.daemon.notify``) are optional.
 
@@ -86,10 +90,14 @@ class Sweeper:
     _progress_at: float = field(default_factory=time.monotonic)
     _overrun_logged: bool = False
     _depth: dict[str, int] = field(default_factory=dict)
+    schema: int | None = None  # the ledger's schema version at the start
+    exit_code: int = 0  # 1 once the schema moved under the daemon (``ledger_changed``)
 
     def __post_init__(self) -> None:
         if self.clock is None:
             self.clock = self.ledger.clock()
+        if self.schema is None:
+            self.schema = self.ledger.schema  # as this process opened it
 
     @property
     def now_text(self) -> str:
@@ -152,9 +160,19 @@ class Sweeper:
         the next interval."""
         if self._stop.is_set():
             return
+        started = time.monotonic()
+        try:
+            schema = self.ledger.schema_version()
+        except SettledError as exc:
+            self.passes += 1
+            self._pass_failed(exc, started)
+            return
+        if schema != self.schema:
+            self._schema_moved(schema)
+            return
         self.passes += 1
         self._in_pass = True
-        self._progress_at = started = time.monotonic()
+        self._progress_at = started
         reconciler = Reconciler(
             self.ledger,
             self.registry,
@@ -194,6 +212,28 @@ class Sweeper:
         if report.examined or report.stopped:
             self.log(pass_line(report, self.name))
 
+    def _schema_moved(self, schema: int) -> None:
+        """The ledger's schema is not the one this daemon started on: say so once and
+        stop, running nothing on a schema this settled may not know (rule 18)."""
+        if self.exit_code:
+            return
+        self.exit_code = 1
+        why = (
+            "a newer settled migrated it"
+            if self.schema is not None and schema > self.schema
+            else "the ledger was replaced by an older one"
+        )
+        self.emit(
+            "ledger_changed",
+            level="error",
+            schema_was=self.schema,
+            schema_now=schema,
+            message=f"stopping: the ledger's schema moved from {self.schema} to {schema} "
+            f"({why}); start this version's daemon",
+        )
+        self.notifier.status(f"stopped: the ledger's schema moved to {schema}")
+        self.request_stop("ledger_changed")
+
     def _pass_failed(self, exc: BaseException, started: float) -> None:
         self.failed_passes += 1
         self.last_pass_ok, self.last_pass_at = False, self.now_text
@@ -226,8 +266,9 @@ class Sweeper:
 
     def serve(self, *, once: bool = False) -> int:
         """Run passes every ``interval`` seconds until ``request_stop``; 0 when it
-        stopped cleanly. With ``once``, one pass: 0 when it ran, 1 when it failed (its
-        ``pass_failed`` line says why), as ``settled reconcile --due`` would exit."""
+        stopped cleanly, 1 when it stopped because the ledger's schema moved. With
+        ``once``, one pass: 0 when it ran, 1 when it failed (its ``pass_failed`` line
+        says why), as ``settled reconcile --due`` would exit."""
         self.emit(
             "started",
             interval=self.interval,
@@ -244,7 +285,7 @@ class Sweeper:
             if self._stop.is_set():
                 self._stopping()
             self.emit("stopped", passes=self.passes, failed_passes=self.failed_passes)
-            return 1 if self.last_pass_ok is False else 0
+            return 1 if self.last_pass_ok is False or self.exit_code else 0
         from datetime import UTC, datetime
 
         from apscheduler.executors.pool import ThreadPoolExecutor
@@ -302,7 +343,7 @@ class Sweeper:
             scheduler.shutdown(wait=True)  # the pass in hand sees the stop and returns
             aps_log.removeHandler(handler)
         self.emit("stopped", passes=self.passes)
-        return 0
+        return self.exit_code
 
 
 class _StepWatch:

@@ -370,8 +370,18 @@ async def _running(
 
     sweeper = service.sweeper
     thread = None
+
+    def sweep() -> None:
+        assert sweeper is not None
+        sweeper.serve()
+        if sweeper.exit_code:  # the ledger's schema moved (``ledger_changed``): stop it all
+            import os
+            import signal
+
+            os.kill(os.getpid(), signal.SIGTERM)
+
     if sweeper is not None:
-        thread = threading.Thread(target=sweeper.serve, name="settled-reconcile", daemon=True)
+        thread = threading.Thread(target=sweep, name="settled-reconcile", daemon=True)
         thread.start()
     try:
         if mcp_lifespan is not None:

@@ -87,8 +87,9 @@ def open_service(  # noqa: PLR0913  (keyword-only: the parts a service is built 
     from ..daemon.metrics import Metrics
     from ..session import Session
 
-    main = Session(db=db, config_path=config_path)
-    box = Toolbox(db=db, config_path=config_path, actor="mcp", pool=pool)
+    # Migrations are explicit (``settled migrate``): an older ledger stops the start.
+    main = Session(db=db, config_path=config_path, migrate=False)
+    box = Toolbox(db=db, config_path=config_path, actor="mcp", pool=pool, migrate=False)
     try:
         cfg = main.config()
         tokens = Tokens.from_config(cfg)
@@ -205,6 +206,8 @@ def serve(
         notifier.ready(f"serving {url}")
 
     def stopping(reason: str) -> None:
+        if service.sweeper is not None and service.sweeper.exit_code:
+            reason = "ledger_changed"  # the sweeper's own SIGTERM: its schema moved
         service.stopping = True
         service.emit("stopping", reason=reason)
         notifier.stopping()
@@ -233,7 +236,7 @@ def serve(
         service.emit("stopped", level="error", message="the service did not start")
         return 1
     service.emit("stopped")
-    return 0
+    return 1 if service.sweeper is not None and service.sweeper.exit_code else 0
 
 
 __all__ = ["GRACE", "INSTALL", "TRUSTED_PROXIES", "bind", "open_service", "require", "serve"]

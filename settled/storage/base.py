@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
+from enum import Enum, StrEnum
 from typing import Any
 
 from ..clock import Clock, from_text
@@ -345,6 +345,35 @@ class CallbackFigures:
         return asdict(self)
 
 
+class SchemaMode(Enum):
+    """What opening does with a ledger whose schema is older than this settled's."""
+
+    MIGRATE = "migrate"  # apply the missing steps (the library's default)
+    REFUSE = "refuse"  # LedgerOutdated ("run `settled migrate`")
+    READ = "read"  # read it as it is when it holds every column settled reads; never write
+    AS_IS = "as_is"  # open it as it is (``settled migrate`` itself)
+
+
+def _open(
+    location: str | Any, busy_timeout: float | None, create: bool, mode: SchemaMode, probe: Probe
+) -> Ledger:
+    import os
+
+    text = os.fspath(location)
+    if text.startswith(("postgresql://", "postgres://")):
+        from .postgres import PostgresLedger
+
+        pg: Ledger = PostgresLedger.connect(
+            text, create=create, probe=probe, busy_timeout=busy_timeout, mode=mode
+        )
+        return pg
+    from .sqlite import SqliteLedger
+
+    return SqliteLedger.open_file(
+        text, busy_timeout=busy_timeout, create=create, probe=probe, mode=mode
+    )
+
+
 class Ledger(ABC):
     """The store behind everything. Usable without the CLI::
 
@@ -355,6 +384,7 @@ class Ledger(ABC):
     driver surface as ``settled.errors.LedgerError`` (or a subclass)."""
 
     location: str  # where it is, fit to show (a URL's password is masked)
+    backend: str = ""  # "sqlite" or "postgresql"
     thread_safe = False  # whether several threads may use one ledger object at once
     probe: Probe = no_probe  # crash points, armed by tests through the process entry
 
@@ -364,23 +394,61 @@ class Ledger(ABC):
         *,
         busy_timeout: float | None = None,
         create: bool = True,
+        migrate: bool = True,
+        read_only: bool = False,
         probe: Probe = no_probe,
     ) -> Ledger:
         """Open the ledger at ``location``: a file path (SQLite), or a
-        ``postgresql://`` URL. ``create=False`` refuses to create a missing one."""
-        import os
+        ``postgresql://`` URL. ``create=False`` refuses to create a missing one.
 
-        text = os.fspath(location)
-        if text.startswith(("postgresql://", "postgres://")):
-            from .postgres import PostgresLedger
+        ``migrate`` (the library's default) applies, as it opens, the schema steps an
+        older ledger lacks. ``migrate=False`` refuses an older ledger with
+        ``LedgerOutdated`` ("run `settled migrate`"); a missing or empty one is still
+        created at the latest schema. ``read_only`` is for code that only reads: it
+        never creates, migrates or writes (the file stays byte for byte as it was); an
+        older ledger is read when its tables already hold every column settled reads,
+        else ``LedgerOutdated``. The CLI opens every ledger with ``migrate=False``."""
+        mode = (
+            SchemaMode.READ if read_only else SchemaMode.MIGRATE if migrate else SchemaMode.REFUSE
+        )
+        return _open(location, busy_timeout, create and not read_only, mode, probe)
 
-            pg: Ledger = PostgresLedger.connect(
-                text, create=create, probe=probe, busy_timeout=busy_timeout
-            )
-            return pg
-        from .sqlite import SqliteLedger
+    @staticmethod
+    def open_for_migration(location: str | Any, *, busy_timeout: float | None = None) -> Ledger:
+        """Open an existing ledger as it is, whatever its schema (a newer one aside),
+        for ``pending_steps``, ``backup`` and ``migrate``: what ``settled migrate``
+        does. A missing ledger is a ``LedgerError`` naming its path."""
+        return _open(location, busy_timeout, False, SchemaMode.AS_IS, no_probe)
 
-        return SqliteLedger.open_file(text, busy_timeout=busy_timeout, create=create, probe=probe)
+    # -- the schema (rule 18: migrations are explicit and announced) ---------------------
+
+    schema: int = 0  # the schema version when opened (after any migration then)
+    latest_schema: int = 0  # the version this settled writes (its backend's last step)
+
+    @abstractmethod
+    def schema_version(self) -> int:
+        """The schema version now, read again (one cheap read): a running daemon asks
+        before each pass, so a newer settled migrating its ledger stops it."""
+
+    @abstractmethod
+    def pending_steps(self) -> list[tuple[int, str]]:
+        """The schema steps this settled has and the ledger lacks: (number, name), in
+        the order ``migrate`` applies them; step N takes the schema from N-1 to N."""
+
+    @abstractmethod
+    def migrate(self, announce: Callable[[int, str], None] | None = None) -> list[tuple[int, str]]:
+        """Apply every pending step, each in its own transaction, calling ``announce``
+        with each step's number and name once it is committed. Returns the steps
+        applied here (another process may have applied some first)."""
+
+    def backup(self, target: str) -> None:
+        """Write a consistent copy of the ledger to the new file ``target`` (SQLite)."""
+        from ..errors import InvalidInput
+
+        raise InvalidInput(
+            f"{self.location}: --backup copies SQLite ledgers only; back up a PostgreSQL "
+            "ledger with pg_dump (e.g. pg_dump --schema=NAME --format=custom) first"
+        )
 
     def __enter__(self) -> Ledger:
         return self
@@ -674,6 +742,30 @@ COLUMNS = (
     "counted_checks",
     "check_error",
 )
+
+# What the reads of settled (``show``, ``queue``, ``stats``, ``providers audit``) select,
+# by table: an older ledger whose tables hold all of these is read as it is by a
+# read-only open; one that lacks any is refused with "run `settled migrate`".
+READ_COLUMNS: dict[str, tuple[str, ...]] = {
+    "actions": COLUMNS,
+    "events": (
+        "id", "action_id", "at", "actor", "kind", "from_status", "to_status", "attempt",
+        "detail",
+    ),
+    "callbacks": (*CALLBACK_COLUMNS, "state", "matched_at", "next_check_at"),
+}  # fmt: skip
+
+
+def missing_for_reads(
+    found: Mapping[str, set[str]], needed: Mapping[str, tuple[str, ...]] = READ_COLUMNS
+) -> list[str]:
+    """The ``table.column`` names settled reads that ``found`` (columns by table) lacks."""
+    return [
+        f"{table}.{column}"
+        for table, columns in needed.items()
+        for column in columns
+        if column not in found.get(table, set())
+    ]
 
 
 def to_row(rec: ActionRecord) -> dict[str, Any]:

@@ -46,7 +46,14 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from ..clock import Clock, SteadyClock, from_text, steady, to_text
 from ..crashpoints import Probe, no_probe
-from ..errors import LedgerBusy, LedgerError, LedgerFull, LedgerReadOnly, MissingExtra
+from ..errors import (
+    LedgerBusy,
+    LedgerError,
+    LedgerFull,
+    LedgerOutdated,
+    LedgerReadOnly,
+    MissingExtra,
+)
 from ..model import (
     CALLBACK_NAMES,
     ActionRecord,
@@ -68,6 +75,7 @@ from .base import (
     History,
     Ledger,
     Move,
+    SchemaMode,
     Selection,
     Stats,
     Sweep,
@@ -76,6 +84,7 @@ from .base import (
     event_detail_text,
     fold_stats,
     from_row,
+    missing_for_reads,
     pending_from_row,
     recorded_detail,
     retry_pending_at,
@@ -223,6 +232,8 @@ class DatabaseClock(SteadyClock):
 
 class PostgresLedger(Ledger):
     thread_safe = True  # threads that use it at once get connections of their own
+    backend = "postgresql"
+    latest_schema = postgres_schema.LATEST
 
     def __init__(
         self,
@@ -255,10 +266,12 @@ class PostgresLedger(Ledger):
         create: bool = True,
         probe: Probe = no_probe,
         busy_timeout: float | None = None,
+        mode: SchemaMode = SchemaMode.MIGRATE,
     ) -> PostgresLedger:
         """Open the ledger in the schema ``url`` selects (the first of its
         ``search_path``), creating its tables unless ``create`` is false: then a schema
-        without a ledger is a ``LedgerError`` naming the location."""
+        without a ledger is a ``LedgerError`` naming the location. ``mode`` says what
+        to do with an older schema (``Ledger.open``)."""
         from .sqlite import _busy_timeout_from_env
 
         timeout = _busy_timeout_from_env() if busy_timeout is None else busy_timeout
@@ -269,7 +282,7 @@ class PostgresLedger(Ledger):
                 ledger._extra = ledger._connect_params()
                 ledger._main = ledger._new_connection()
                 ledger._main_used = time.monotonic()
-                ledger._setup(ledger._main, create)
+                ledger._setup(ledger._main, create, mode)
                 ledger._clock = DatabaseClock(ledger._read_db_clock, CLOCK_REFRESH)
         except BaseException:
             ledger.close()
@@ -302,7 +315,10 @@ class PostgresLedger(Ledger):
             f" SET lock_timeout = {ms}; SET idle_in_transaction_session_timeout = 300000"
         )
 
-    def _setup(self, conn: Conn, create: bool) -> None:
+    def _setup(self, conn: Conn, create: bool, mode: SchemaMode = SchemaMode.MIGRATE) -> None:
+        from .sqlite import _newer
+
+        latest = postgres_schema.LATEST
         with conn.cursor() as cur:
             found, other = postgres_schema.inspect(cur)
             if found is None:
@@ -316,13 +332,54 @@ class PostgresLedger(Ledger):
                         f"no ledger at {self.location}; nothing has been recorded there "
                         "(check --db, SETTLED_DB or [ledger] url)"
                     )
-        if found is None or found < postgres_schema.LATEST:
+        if found is not None and found > latest:
+            raise LedgerError(_newer(self.location, found, latest))
+        if found is None or (found < latest and mode is SchemaMode.MIGRATE):
             postgres_schema.migrate(conn, self.location)
-        elif found > postgres_schema.LATEST:
-            raise LedgerError(
-                f"{self.location} was written by a newer settled (schema {found} > "
-                f"{postgres_schema.LATEST}); upgrade settled"
-            )
+            found = self._read_version(conn)
+        elif found < latest and mode is SchemaMode.REFUSE:
+            raise LedgerOutdated(self.location, found, latest)
+        elif found < latest and mode is SchemaMode.READ and self._unreadable(conn):
+            raise LedgerOutdated(self.location, found, latest)
+        self.schema = found
+
+    def _unreadable(self, conn: Conn) -> list[str]:
+        """The columns settled reads that this (older) ledger's tables lack."""
+        rows = conn.execute(
+            "SELECT table_name::text, column_name::text FROM information_schema.columns"
+            " WHERE table_schema = current_schema()"
+        ).fetchall()
+        found: dict[str, set[str]] = {}
+        for table, column in rows:
+            found.setdefault(table, set()).add(column)
+        return missing_for_reads(found)
+
+    @staticmethod
+    def _read_version(conn: Conn) -> int:
+        row = conn.execute(f"SELECT version FROM {postgres_schema.MARK}").fetchone()
+        return int(row[0]) if row else 0
+
+    # ------------------------------------------------------------------ the schema
+    def schema_version(self) -> int:
+        with self._mapped("read the schema version"), self._connection() as conn:
+            return self._read_version(conn)
+
+    def pending_steps(self) -> list[tuple[int, str]]:
+        now = self.schema_version()
+        return [(n, name) for n, (name, _) in enumerate(postgres_schema.MIGRATIONS, 1) if n > now]
+
+    def migrate(self, announce: Callable[[int, str], None] | None = None) -> list[tuple[int, str]]:
+        applied: list[tuple[int, str]] = []
+
+        def done(number: int, name: str) -> None:
+            applied.append((number, name))
+            if announce is not None:
+                announce(number, name)
+
+        with self._mapped("migrate"), self._connection() as conn:
+            postgres_schema.migrate(conn, self.location, on_step=done)
+        self.schema = self.schema_version()
+        return applied
 
     def close(self) -> None:
         self._closed = True

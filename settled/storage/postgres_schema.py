@@ -269,12 +269,14 @@ def inspect(cur: Cursor) -> tuple[int | None, list[str]]:
     return (int(row[0]) if row else 0), []
 
 
-def migrate(conn: Any, where: str) -> int:
+def migrate(conn: Any, where: str, on_step: Callable[[int, str], None] | None = None) -> int:
     """Apply every step not yet applied to the current schema, each in its own
     transaction under an advisory lock, the first one marking the schema. Returns the
-    number of steps applied here. ``where`` names the ledger in errors."""
+    number of steps applied here. ``where`` names the ledger in errors; ``on_step``
+    hears each step's number and name once it is committed."""
     applied = 0
     for number, (name, step) in enumerate(MIGRATIONS, start=1):
+        done = False
         with conn.transaction(), conn.cursor() as cur:
             cur.execute(
                 "SELECT pg_advisory_xact_lock(hashtext('settled ledger ' || current_schema()))"
@@ -302,4 +304,7 @@ def migrate(conn: Any, where: str) -> int:
             cur.execute("INSERT INTO _migrations (name) VALUES (%s)", (name,))
             cur.execute(f"UPDATE {MARK} SET version = %s", (number,))
             applied += 1
+            done = True
+        if done and on_step is not None:
+            on_step(number, name)
     return applied

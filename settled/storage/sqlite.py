@@ -36,7 +36,14 @@ from typing import Any, TypeVar
 
 from ..clock import Clock, SteadyClock, boot_id, from_text, steady, to_text, utcnow
 from ..crashpoints import Probe, no_probe
-from ..errors import LedgerBusy, LedgerError, LedgerFull, LedgerReadOnly
+from ..errors import (
+    InvalidInput,
+    LedgerBusy,
+    LedgerError,
+    LedgerFull,
+    LedgerOutdated,
+    LedgerReadOnly,
+)
 from ..model import CALLBACK_NAMES, ActionRecord, Callback, Event, EventKind, PendingCallback
 from . import query
 from .base import (
@@ -51,6 +58,7 @@ from .base import (
     History,
     Ledger,
     Move,
+    SchemaMode,
     Selection,
     Stats,
     Sweep,
@@ -59,6 +67,7 @@ from .base import (
     event_detail_text,
     fold_stats,
     from_row,
+    missing_for_reads,
     pending_from_row,
     recorded_detail,
     retry_pending_at,
@@ -72,6 +81,7 @@ SCHEMA_VERSION = 6  # == sqlite_schema.LATEST (checked by a test)
 DEFAULT_BUSY_TIMEOUT = 10.0
 HAS_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)  # UPDATE … RETURNING
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM actions"
+_ANCHOR = ("boot_id", "wall", "steady")
 DIALECT = query.Dialect(
     mark="?",
     one_of=lambda column, values: (f"{column} IN ({', '.join('?' * len(values))})", list(values)),
@@ -111,6 +121,9 @@ def _is_busy(exc: sqlite3.Error) -> bool:
 
 
 class SqliteLedger(Ledger):
+    backend = "sqlite"
+    latest_schema = SCHEMA_VERSION
+
     def __init__(
         self,
         conn: sqlite3.Connection,
@@ -134,9 +147,11 @@ class SqliteLedger(Ledger):
         busy_timeout: float | None = None,
         create: bool = True,
         probe: Probe = no_probe,
+        mode: SchemaMode = SchemaMode.MIGRATE,
     ) -> SqliteLedger:
         """Open the ledger file at ``path``, creating it (mode 0600) unless ``create``
-        is false: then a missing file is a ``LedgerError`` naming the path."""
+        is false: then a missing file is a ``LedgerError`` naming the path. ``mode``
+        says what to do with an older schema (``Ledger.open``)."""
         path = os.fspath(path)
         timeout = _busy_timeout_from_env() if busy_timeout is None else busy_timeout
         if path == ":memory:":
@@ -154,7 +169,12 @@ class SqliteLedger(Ledger):
             with ledger._mapped("open"):
                 if not new:
                     new = ledger._check_identity()
-                ledger._setup(new=new)
+                if new and mode in (SchemaMode.READ, SchemaMode.AS_IS):
+                    raise LedgerError(
+                        f"no ledger at {path}: the file is empty; nothing has been recorded "
+                        "there (check --db, SETTLED_DB or [ledger] path)"
+                    )
+                ledger._setup(new=new, mode=mode)
         except LedgerError as exc:
             conn.close()
             if "file is not a database" in str(exc):
@@ -186,25 +206,96 @@ class SqliteLedger(Ledger):
             f"{self.path} is an SQLite database but not a settled ledger; refusing to write to it"
         )
 
-    def _setup(self, *, new: bool) -> None:
+    def _setup(self, *, new: bool, mode: SchemaMode = SchemaMode.MIGRATE) -> None:
         c = self.conn
         c.create_function("settled_lower", 1, query.fold, deterministic=True)
         c.create_function("settled_reason_group", 1, query.reason_group, deterministic=True)
         c.execute("PRAGMA busy_timeout = 0")  # the application retries, fairly and bounded
-        if new or self._read_one("PRAGMA journal_mode")[0] != "wal":
+        # A read-only open writes nothing, not even the journal mode in the header: a
+        # ledger that is not in WAL mode is read in its own.
+        if mode is not SchemaMode.READ and (
+            new or self._read_one("PRAGMA journal_mode")[0] != "wal"
+        ):
             self._retry(lambda: c.execute("PRAGMA journal_mode = WAL"))
         c.execute("PRAGMA synchronous = FULL")
         c.execute("PRAGMA foreign_keys = ON")
         (version,) = self._read_one("PRAGMA user_version")
-        if version < SCHEMA_VERSION:
+        if version > SCHEMA_VERSION:
+            raise LedgerError(_newer(self.path, version, SCHEMA_VERSION))
+        if version < SCHEMA_VERSION and (new or mode is SchemaMode.MIGRATE):
             from . import sqlite_schema
 
             sqlite_schema.migrate(c, self._begin_immediate, APPLICATION_ID)
-        elif version > SCHEMA_VERSION:
-            raise LedgerError(
-                f"{self.path} was written by a newer settled (schema {version} > "
-                f"{SCHEMA_VERSION}); upgrade settled"
-            )
+            (version,) = self._read_one("PRAGMA user_version")
+        elif version < SCHEMA_VERSION and mode is SchemaMode.REFUSE:
+            raise LedgerOutdated(self.path, version, SCHEMA_VERSION)
+        elif version < SCHEMA_VERSION and mode is SchemaMode.READ and self._unreadable():
+            raise LedgerOutdated(self.path, version, SCHEMA_VERSION)
+        self.schema = version
+
+    def _unreadable(self) -> list[str]:
+        """The columns settled reads that this (older) ledger's tables lack."""
+        rows = self._read_all(
+            "SELECT m.name, p.name FROM sqlite_master m, pragma_table_info(m.name) p"
+            " WHERE m.type = 'table'"
+        )
+        found: dict[str, set[str]] = {}
+        for table, column in rows:
+            found.setdefault(table, set()).add(column)
+        # the ledger clock reads its anchors (``clock``)
+        return missing_for_reads(found) + missing_for_reads(found, {"clock_anchors": _ANCHOR})
+
+    # ------------------------------------------------------------------ the schema
+    def schema_version(self) -> int:
+        with self._mapped("read the schema version"):
+            return int(self._read_one("PRAGMA user_version")[0])
+
+    def pending_steps(self) -> list[tuple[int, str]]:
+        from . import sqlite_schema
+
+        now = self.schema_version()
+        return [(n, name) for n, (name, _) in enumerate(sqlite_schema.MIGRATIONS, 1) if n > now]
+
+    def migrate(self, announce: Callable[[int, str], None] | None = None) -> list[tuple[int, str]]:
+        from . import sqlite_schema
+
+        applied: list[tuple[int, str]] = []
+
+        def done(number: int, name: str) -> None:
+            applied.append((number, name))
+            if announce is not None:
+                announce(number, name)
+
+        with self._mapped("migrate"):
+            if self._read_one("PRAGMA journal_mode")[0] != "wal":
+                self._retry(lambda: self.conn.execute("PRAGMA journal_mode = WAL"))
+            sqlite_schema.migrate(self.conn, self._begin_immediate, APPLICATION_ID, on_step=done)
+        self.schema = self.schema_version()
+        return applied
+
+    def backup(self, target: str) -> None:
+        """``VACUUM INTO`` a new file, made 0600 first (it holds every action's params):
+        one read transaction, so a consistent copy even while others write."""
+        target = os.fspath(target)
+        if self.path == ":memory:":
+            raise InvalidInput("an in-memory ledger has no file to back up")
+        if os.path.lexists(target):
+            raise InvalidInput(f"--backup {target}: a file is already there; name a new file")
+        try:
+            fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except OSError as exc:
+            raise InvalidInput(f"--backup {target}: cannot create it: {exc.strerror}") from None
+        os.fchmod(fd, 0o600)
+        os.close(fd)
+        try:
+            with self._mapped("backup"):
+                self._retry(lambda: self.conn.execute("VACUUM INTO ?", (target,)))
+        except BaseException:
+            try:
+                os.unlink(target)
+            except OSError:
+                pass
+            raise
 
     def close(self) -> None:
         self.conn.close()
@@ -782,6 +873,17 @@ def _pending_where(rec: ActionRecord) -> tuple[str, list[Any]]:
         [rec.provider, rec.action_id, rec.action_id, rec.reconciliation_key,
          rec.provider_object_id],
     )  # fmt: skip
+
+
+def _newer(where: str, found: int, latest: int) -> str:
+    """The refusal of a ledger a newer settled migrated: what this one is, and writes."""
+    from .. import __version__
+
+    return (
+        f"{where} was written by a newer settled (schema {found}; settled {__version__} "
+        f"writes schema {latest}): upgrade settled (`settled --version` on the newer one "
+        "names its schema)"
+    )
 
 
 def _prepare_file(path: str, create: bool) -> bool:

@@ -223,9 +223,15 @@ MIGRATIONS: list[tuple[str, Step]] = [
 LATEST = len(MIGRATIONS)
 
 
-def migrate(conn: sqlite3.Connection, begin: Callable[[], None], application_id: int) -> int:
+def migrate(
+    conn: sqlite3.Connection,
+    begin: Callable[[], None],
+    application_id: int,
+    on_step: Callable[[int, str], None] | None = None,
+) -> int:
     """Apply every step not yet applied. ``begin`` opens a write transaction (the
-    ledger's fair ``BEGIN IMMEDIATE``). Safe when several processes open a new ledger
+    ledger's fair ``BEGIN IMMEDIATE``); ``on_step`` hears each step's number and name
+    once it is committed. Safe when several processes open a new ledger
     at once: each step re-reads the version inside its own transaction, and the file is
     marked as a ledger (``application_id``) in the same transaction as its first step,
     so no other process can see tables in a file not yet marked as a ledger."""
@@ -254,4 +260,6 @@ def migrate(conn: sqlite3.Connection, begin: Callable[[], None], application_id:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        if on_step is not None:
+            on_step(number, name)
     return applied
