@@ -62,7 +62,11 @@ DONE = {  # ?did= after a verdict (a fixed key: no text from the URL is ever sho
     "confirm-in_progress": "Nothing sent: another caller is dispatching it.",
     "confirm-blocked": "Nothing sent: a prior dispatch is unresolved; reconcile before retry.",
 }
-STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
+STATIC_TYPES = {
+    ".css": "text/css; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
 
 
 class Refused(Exception):

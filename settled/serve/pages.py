@@ -10,7 +10,7 @@ percent-encoded path segment (``aid_url``); a ``javascript:`` id is a path segme
 
 Every response under ``/ui/`` carries ``HEADERS``: a Content-Security-Policy that
 allows this origin's files only (no inline script or style, no frames, forms post
-here only), and no caching or referrers (URLs hold action ids).
+here only), no caching, and no referrer to another site (URLs hold action ids).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # no-referrer would make a browser send Origin: null
     "Cache-Control": "no-store",
     "Cross-Origin-Opener-Policy": "same-origin",
 }
