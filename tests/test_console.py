@@ -379,3 +379,47 @@ def test_static_files_are_served_and_nothing_else(ui: Any) -> None:
     assert ui.get("/ui/static/console.css").status_code == 200
     assert ui.get("/ui/static/..%2Fconsole.py").status_code == 404
     assert ui.get("/ui/static/nope.js").status_code == 404
+
+
+# ------------------------------------------------------------------ the docs
+
+
+def test_the_console_docs_config_blocks_load_and_make_a_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tomllib
+
+    from support import ROOT
+
+    from settled.config import from_dict
+    from settled.serve.auth import Tokens
+    from settled.serve.sessions import Sessions
+
+    doc = (ROOT / "docs" / "console.md").read_text()
+    blocks = re.findall(r"```toml\n(.*?)```", doc, flags=re.S)
+    assert len(blocks) >= 2
+    monkeypatch.setenv("SETTLED_TOKEN_SUPPORT", "s" * 32)
+    monkeypatch.setenv("SETTLED_UI_SECRET", "k" * 32)
+    for block in blocks:
+        cfg = from_dict(tomllib.loads(block), source="console.md")
+        sessions = Sessions.from_config(cfg, Tokens.from_config(cfg))
+        assert sessions.key is not None
+    keys = re.findall(r"^\| `(\w+)` \|", doc.split("## Config keys")[1], flags=re.M)
+    from settled.config import UI_KEYS
+
+    assert sorted(keys) == sorted(UI_KEYS)
+
+
+def test_bad_console_config_is_one_clear_line(tmp_path: Path, sim: SimServer) -> None:
+    from support import run_cli
+
+    for ui, words in (
+        ({"trusted_proxies": ["proxy.example.com"]}, "not an IP address"),
+        ({"session_secret": "plain-text-secret"}, "must name an environment variable"),
+        ({"proxy_roles": ["admin"]}, "proxy_roles"),
+        ({"colour": "blue"}, "unknown key"),
+    ):
+        write_config(tmp_path / "settled.toml", {"sim": sim_conf(sim)}, **{"serve.ui": ui})
+        r = run_cli("queue")
+        assert r.returncode == 1 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1

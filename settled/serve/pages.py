@@ -54,6 +54,11 @@ def shown(value: object, limit: int | None = None) -> str:
     return term(value, limit=limit)
 
 
+def block(value: object) -> str:
+    """As ``shown``, for a block of lines (params as indented JSON): its newlines kept."""
+    return "\n".join(shown(line) for line in str(value).split("\n"))
+
+
 def when(stored: str | None, now: datetime, never: str = "-") -> str:
     """A stored time with its zone and its age: ``2026-12-01 14:02:11 UTC (3m ago)``."""
     from ..cli.render import ago
@@ -96,7 +101,7 @@ def environment() -> Any:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(t=shown, aid_url=aid_url, pretty=pretty, span=seconds)
+    env.filters.update(t=shown, lines=block, aid_url=aid_url, pretty=pretty, span=seconds)
     env.globals.update(when=when, age=age, prefix=PREFIX)
     return env
 
