@@ -1,0 +1,86 @@
+"""The console's trust in proxies, through a real `settled serve` process on 127.0.0.1:
+a proxy's user header is believed only from the address the socket saw (never from
+an address ``X-Forwarded-For`` claims), and ``X-Forwarded-Proto: https`` from a
+trusted proxy makes the session cookie Secure."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from serving import TOKENS, env_name, process
+from support import sim_conf, write_config
+
+from settled.providers.sim_server import SimServer
+
+pytestmark = pytest.mark.sqlite_only  # about the HTTP edge, not the ledger's backend
+
+UI_SECRET = "u" * 32
+
+
+def configure(tmp_path: Path, sim: SimServer, **ui: Any) -> None:
+    sections: dict[str, dict[str, Any]] = {}
+    for name, (_secret, roles) in TOKENS.items():
+        sections[f"serve.tokens.{name}"] = {"secret": f"${{{env_name(name)}}}", "roles": roles}
+    sections["serve.ui"] = {"session_secret": "${SETTLED_TEST_UI_SECRET}", **ui}
+    write_config(tmp_path / "settled.toml", {"sim": sim_conf(sim)}, **sections)
+
+
+def person(page: httpx.Response) -> str | None:
+    m = re.search(r'data-testid="person">([^<]*)<', page.text)
+    return m.group(1) if m else None
+
+
+def test_a_forwarded_for_address_does_not_make_a_proxy_trusted(
+    tmp_path: Path, sim: SimServer
+) -> None:
+    configure(tmp_path, sim, trusted_proxies=["10.0.0.1"], proxy_roles=["operate"])
+    with (
+        process(env={"SETTLED_TEST_UI_SECRET": UI_SECRET}) as svc,
+        httpx.Client(base_url=svc.url, timeout=30) as c,
+    ):
+        spoofed = c.get("/ui/", headers={"X-Forwarded-For": "10.0.0.1",
+                                         "X-Forwarded-User": "mallory"})  # fmt: skip
+        assert spoofed.status_code == 303 and spoofed.headers["location"] == "/ui/login"
+        assert "set-cookie" not in spoofed.headers
+
+
+def test_the_trusted_proxy_names_the_person(tmp_path: Path, sim: SimServer) -> None:
+    configure(tmp_path, sim, trusted_proxies=["127.0.0.1"])
+    with (
+        process(env={"SETTLED_TEST_UI_SECRET": UI_SECRET}) as svc,
+        httpx.Client(base_url=svc.url, timeout=30) as c,
+    ):
+        page = c.get("/ui/", headers={"X-Forwarded-User": "carol", "X-Forwarded-Proto": "https"})
+        assert page.status_code == 200 and person(page) == "carol"
+        assert "(read only)" in page.text  # proxy_roles defaults to read
+        cookie = page.headers["set-cookie"]
+        assert "Secure" in cookie and "HttpOnly" in cookie
+        # the proxy's header with a control character names nobody
+        bad = c.get("/ui/", headers={"X-Forwarded-User": "carol\tadmin"})
+        assert bad.status_code == 403 and "user header" in bad.text
+
+
+def test_login_behind_tls_sets_a_secure_cookie(tmp_path: Path, sim: SimServer) -> None:
+    configure(tmp_path, sim)
+    with (
+        process(env={"SETTLED_TEST_UI_SECRET": UI_SECRET}) as svc,
+        httpx.Client(base_url=svc.url, timeout=30) as c,
+    ):
+        https = {"X-Forwarded-Proto": "https"}
+        form = c.get("/ui/login", headers=https)
+        nonce = re.search(r'name="nonce" value="([^"]+)"', form.text)
+        assert nonce is not None
+        host = svc.url.removeprefix("http://")
+        r = c.post("/ui/login", data={"nonce": nonce.group(1), "token": TOKENS["ops"][0]},
+                   headers={**https, "Origin": f"https://{host}"})  # fmt: skip
+        assert r.status_code == 303, r.text
+        assert "Secure" in r.headers["set-cookie"]
+        plain = c.post("/ui/login", data={"nonce": nonce.group(1), "token": TOKENS["ops"][0]},
+                       headers={**https, "Origin": f"http://{host}"})  # fmt: skip
+        assert plain.status_code == 403  # an http:// page posting to the https:// service
+        assert svc.stop() == 0
+        assert all(TOKENS["ops"][0] not in str(e) for e in svc.rest())
