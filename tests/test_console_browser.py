@@ -364,3 +364,125 @@ def test_artifacts_exist_for_review() -> None:
         pytest.skip("the browser tests above did not run")
     names = {p.name for p in ARTIFACTS.glob("*.png")}
     assert {"queue-1280.png", "queue-390.png", "action-390.png"} <= names
+
+
+# ------------------------------------------------------------------ an incident, from the browser
+
+LOST, LATE, NOTICES, FINE = 4, 3, 2, 2
+LAG = 6.0  # s before a late effect shows: long after its 1 s verification budget
+BOUND = 120.0  # s for any phase on a loaded machine
+
+
+def until(predicate: Any, what: str) -> Any:
+    """A bounded poll of real state (the service's API, the sim's truth), never a sleep
+    that guesses: it ends as soon as the state is there."""
+    import time
+
+    deadline = time.monotonic() + BOUND
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_an_incident_settled_from_the_browser_agrees_with_the_sims_truth(
+    tmp_path: Path, sim: SimServer, browser: Any, axe: str, db_path: Any
+) -> None:
+    """As the CLI's triage test, in a browser: sends lost after the provider accepted
+    them, sends whose effect shows long after their budget ran out, blind notices and
+    a few that went well. The person reads the causes, checks the sends with the
+    provider once the late effects show (a bulk check), records the lost ones as not
+    applied (a bulk verdict, each checked against the provider first) and the notices
+    as applied; at the end every record agrees with what the sim applied."""
+    from invariants import check_events
+
+    sections: dict[str, dict[str, Any]] = {"daemon": {"interval": 0.2}}
+    for name, (_secret, roles) in TOKENS.items():
+        sections[f"serve.tokens.{name}"] = {"secret": f"${{{env_name(name)}}}", "roles": roles}
+    sections["serve.ui"] = {"session_secret": "${SETTLED_TEST_UI_SECRET}"}
+    write_config(tmp_path / "settled.toml", {"sim": sim_conf(sim, timeout=5.0)}, **sections)
+    plan = ([(f"lost-{i}", "send", "lost_after_accept") for i in range(LOST)]
+            + [(f"late-{i}", "send", f"lag:{LAG:g}") for i in range(LATE)]
+            + [(f"notice-{i}", "notify", "ok") for i in range(NOTICES)]
+            + [(f"fine-{i}", "book", "ok") for i in range(FINE)])  # fmt: skip
+    with (
+        process("--reconcile", env={"SETTLED_TEST_UI_SECRET": UI_SECRET}) as svc,
+        httpx.Client(base_url=svc.url, timeout=30) as api,
+    ):
+        for aid, op, fault in plan:
+            sim.plan(aid, fault)
+            r = api.post("/api/v1/actions", headers=auth("app"),
+                         json={"provider": "sim", "operation": op, "action_id": aid, "params": {}})  # fmt: skip
+            assert r.status_code == 201, r.text
+
+        def settled_down() -> list[dict[str, Any]] | None:
+            rows = api.get("/api/v1/actions", params={"status": "all"}, headers=auth("reader"))
+            actions: list[dict[str, Any]] = rows.json()["actions"]
+            busy = [a for a in actions if a["status"] not in ("CONFIRMED", "DENIED_UNRESOLVED")]
+            return None if busy else actions
+
+        actions = until(settled_down, "every budget to run out")
+        keys = {a["action_id"]: a["reconciliation_key"] for a in actions}
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        context.add_init_script("window.__pwned = 0;")
+        context.add_init_script(axe)
+        context.set_default_timeout(30_000)
+        page = context.new_page()
+        watch = Watch(page)
+        try:
+            log_in(page, svc.url, "ops", "olga")
+            # 1. the first screen: what is held, and why
+            expect(page.get_by_test_id("total")).to_have_text(str(LOST + LATE + NOTICES))
+            expect(page.locator("table.reasons")).to_contain_text("verification budget spent")
+            expect(page.locator("table.reasons")).to_contain_text("blind operation")
+            shots(page, "incident-queue")
+            # 2. once the late effects show, a check of every send with the provider
+            until(lambda: all(sim.effect_view(str(keys[f"late-{i}"])) for i in range(LATE)),
+                  "the late effects to show")  # fmt: skip
+            page.get_by_label("Operation").select_option("send")
+            page.get_by_role("button", name="Filter").click()
+            expect(page.get_by_test_id("total")).to_have_text(str(LOST + LATE))
+            page.get_by_label("Verdict").select_option("reconcile")
+            page.get_by_role("button", name="Preview").click()
+            expect(page.get_by_test_id("bulk-count")).to_have_text(str(LOST + LATE))
+            page.get_by_label(f"Type {LOST + LATE}").fill(str(LOST + LATE))
+            page.get_by_role("button", name=re.compile("Check with the provider now")).click()
+            expect(page.get_by_test_id("bulk-done")).to_be_visible()
+            # 3. what no evidence will settle: the lost sends, not applied
+            page.get_by_role("link", name="← Queue (this filter)").click()
+            expect(page.get_by_test_id("total")).to_have_text(str(LOST))
+            page.get_by_label("Verdict").select_option("resolve_not_applied")
+            page.get_by_role("button", name="Preview").click()
+            expect(page.get_by_test_id("bulk-count")).to_have_text(str(LOST))
+            expect(page.get_by_test_id("preview")).to_contain_text("FAILED unless a check sees it")
+            page.get_by_label("How you know").fill("lost by the provider after accepting it")
+            page.get_by_label(f"Type {LOST}").fill(str(LOST))
+            page.get_by_role("button", name=re.compile("Resolve as not applied")).click()
+            expect(page.get_by_test_id("bulk-done")).to_contain_text(f"{LOST} records handled")
+            # 4. the notices: the customer confirmed them
+            page.goto(svc.url + "/ui/?operation=notify")
+            expect(page.get_by_test_id("total")).to_have_text(str(NOTICES))
+            page.get_by_label("Verdict").select_option("resolve_applied")
+            page.get_by_role("button", name="Preview").click()
+            page.get_by_label("How you know").fill("the customers replied")
+            page.get_by_label("Evidence").fill("tickets 1201, 1202")
+            page.get_by_label(f"Type {NOTICES}").fill(str(NOTICES))
+            page.get_by_role("button", name=re.compile("Resolve as applied")).click()
+            expect(page.get_by_test_id("bulk-done")).to_contain_text(f"{NOTICES} records handled")
+            page.goto(svc.url + "/ui/")
+            expect(page.get_by_test_id("empty")).to_be_visible()
+            watch.clean()
+        finally:
+            context.close()
+    # the sim's truth agrees with every record, and nothing was sent twice
+    with Ledger.open(db_path, create=False) as led:
+        for aid, _op, _fault in plan:
+            rec = led.get(aid)
+            applied = sim.effects_for(aid)
+            assert len(sim.requests_for(aid)) == 1, aid
+            assert rec.status is (Status.CONFIRMED if applied else Status.FAILED), (aid, rec.status)
+            check_events(led, rec)
+        assert all(led.get(f"lost-{i}").confirmed_by is None for i in range(LOST))
+        assert led.events("notice-0")[-1].actor.startswith("operator:olga via ui:token:ops:")
