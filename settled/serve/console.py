@@ -328,7 +328,7 @@ class Filter:
 
 
 async def queue(visit: Visit) -> Response:
-    from ..cli.common import STATUSES, next_step
+    from ..cli.common import STATUSES
     from ..cli.queue_cmd import DELIVERIES
     from ..cli.stats_cmd import summarise
     from ..clock import to_text
@@ -353,7 +353,7 @@ async def queue(visit: Visit) -> Response:
         if sel is not None:
             rows = ledger.records(replace(sel, limit=QUEUE_LIMIT))
             out["total"] = ledger.count(sel) if len(rows) >= QUEUE_LIMIT else len(rows)
-            out["rows"] = [(r, next_step(r, now)) for r in rows]
+            out["rows"] = [(r, next_in_words(r, now)) for r in rows]
         return out
 
     data = await visit.run(work)
@@ -383,6 +383,24 @@ def _configured(s: Session) -> set[tuple[str, str]]:
 
 
 # ------------------------------------------------------------------ one action
+
+# The CLI's ``next`` (its short form, with ages) in the console's words: a person here
+# presses a button rather than typing a command.
+CONSOLE_NEXT = {
+    "settled retry": "a retry (the Retry button)",
+    "settled reconcile": "a check with the provider (Check now)",
+    "confirm/dispatch": "a confirmation (Confirm and send), or its dispatch",
+    "needs a person": "a person's verdict (Give your verdict)",
+}
+
+
+def next_in_words(rec: Any, now: Any) -> str:
+    """What settles ``rec`` next, as ``settled queue`` says it, with the console's
+    buttons for the commands it names."""
+    from ..cli.common import next_step
+
+    short = next_step(rec, now)
+    return CONSOLE_NEXT.get(short, short)
 
 
 def allowed(rec: Any, now: Any) -> dict[str, Any]:
@@ -416,7 +434,7 @@ async def action(visit: Visit) -> Response:
 
 
 async def _action_page(visit: Visit, aid: str, status: int = 200, error: str = "") -> Response:
-    from ..cli.common import config_secrets, next_step, redact_params
+    from ..cli.common import config_secrets, redact_params
     from ..cli.listing import event_detail
     from .api import config_changes
 
@@ -432,7 +450,7 @@ async def _action_page(visit: Visit, aid: str, status: int = 200, error: str = "
                    "unresolved", "late_outcome", "note") or "check" in d]  # fmt: skip
         return {
             "rec": rec, "now": now, "timeline": timeline, "touched": touched,
-            "params": redact_params(rec.params, secrets), "next": next_step(rec),
+            "params": redact_params(rec.params, secrets), "next": next_in_words(rec, now),
             "changes": config_changes(s, rec), "waiting": ledger.pending_callbacks(rec),
             "may": allowed(rec, now),
         }  # fmt: skip

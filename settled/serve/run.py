@@ -208,7 +208,7 @@ def serve(app: Any, service: Service, sock: socket.socket, notifier: Notifier) -
 
     def listening() -> None:
         service.emit(
-            "listening", url=url, api=f"{url}/api/v1", mcp=f"{url}/mcp",
+            "listening", url=url, api=f"{url}/api/v1", ui=f"{url}/ui/", mcp=f"{url}/mcp",
             ledger=service.ledger_location, tokens=len(service.tokens),
             remote=not is_loopback(host), reconcile=service.sweeper is not None,
             hosts=service.guard.allowed_hosts(), max_body=service.max_body, pid=os.getpid(),
