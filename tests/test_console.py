@@ -207,7 +207,7 @@ def test_hostile_ids_and_bodies_are_shown_as_text(ui: Any, db_path: Any) -> None
         assert 'href="javascript:' not in page.text
     page = ui.get(aid_url(aid))
     assert html.escape("<script>window.__pwned=1</script>", quote=False) in page.text
-    assert "\\u202etxt.exe" in page.text
+    assert "\\u202etxt.exe" in page.text and 'data-testid="hidden-note"' in page.text
     assert aid_url(aid).count("/") == 3  # the id's '/' is %2F: one path segment
 
 
@@ -218,6 +218,7 @@ def test_the_action_page_tells_its_story_with_secrets_redacted(
     login(ui)
     page = ui.get(aid_url("story-1"))
     assert "sekrit-value-1234" not in page.text and "***" in page.text
+    assert 'data-testid="hidden-note"' not in page.text  # nothing hidden: no note
     assert 'data-testid="timeline"' in page.text and "recorded" in page.text
     assert "UTC (" in page.text and " ago)" in page.text  # times with zone and age
 
