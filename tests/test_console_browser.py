@@ -126,7 +126,9 @@ def shots(page: Any, name: str) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for width, height in ((1280, 900), (390, 844)):
         page.set_viewport_size({"width": width, "height": height})
-        page.screenshot(path=str(ARTIFACTS / f"{name}-{width}.png"), full_page=True)
+        shot = ARTIFACTS / f"{name}-{width}.png"
+        page.screenshot(path=str(shot), full_page=True)
+        assert shot.stat().st_size > 0
         overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 1, f"{name} at {width} px scrolls sideways by {overflow} px"
     page.set_viewport_size({"width": 1280, "height": 900})
@@ -365,18 +367,11 @@ def test_the_queue_refreshes_itself_with_its_own_script(ui: Any, db_path: Any) -
     expect(page.get_by_test_id("total")).to_have_text("1")
     page.clock.install()  # the page's timers, driven by the test: no wait for 10 s
     page.reload()
-    seed(db_path, "second-1")
+    seed(db_path, HOSTILE_ID, reason=HOSTILE_TEXT)  # what the script swaps in is escaped too
     page.clock.run_for(10_500)
-    expect(page.get_by_role("link", name="second-1")).to_be_visible()
+    expect(page.get_by_role("link", name=HOSTILE_ID)).to_be_visible()
     expect(page.get_by_test_id("total")).to_have_text("2")
     watch.clean()
-
-
-def test_artifacts_exist_for_review() -> None:
-    if not ARTIFACTS.exists():
-        pytest.skip("the browser tests above did not run")
-    names = {p.name for p in ARTIFACTS.glob("*.png")}
-    assert {"queue-1280.png", "queue-390.png", "action-390.png"} <= names
 
 
 # ------------------------------------------------------------------ an incident, from the browser
