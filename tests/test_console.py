@@ -424,3 +424,84 @@ def test_bad_console_config_is_one_clear_line(tmp_path: Path, sim: SimServer) ->
         r = run_cli("queue")
         assert r.returncode == 1 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------------ more verdicts and sessions
+
+
+def test_check_now_reconciles_one_action(ui: Any, db_path: Any, sim: SimServer) -> None:
+    sim.plan("rc-1", "timeout_after_apply")
+    r = ui.post("/api/v1/actions", json={"provider": "sim", "operation": "book",
+                "action_id": "rc-1", "params": {}}, headers=auth("app"))  # fmt: skip
+    assert r.json()["status"] == "DENIED_UNRESOLVED", r.text
+    login(ui)
+    page = ui.get(aid_url("rc-1"))
+    assert "Check now" in page.text
+    r = post(ui, aid_url("rc-1"), {"csrf": csrf_of(page.text), "do": "reconcile"})
+    assert r.headers["location"].endswith("?did=reconciled")
+    rec, events = record(db_path, "rc-1")
+    assert rec.status is Status.CONFIRMED and events[-1].actor.startswith("operator:ops via ui:")
+
+
+def test_bulk_retry_of_a_failed_selection(ui: Any, db_path: Any, sim: SimServer) -> None:
+    for aid in ("rf-1", "rf-2"):
+        sim.plan(aid, "reject")
+        r = ui.post("/api/v1/actions", json={"provider": "sim", "operation": "book",
+                    "action_id": aid, "params": {}}, headers=auth("app"))  # fmt: skip
+        assert r.json()["status"] == "FAILED"
+    login(ui)
+    q = {"status": "FAILED", "do": "retry"}
+    preview = ui.get("/ui/bulk", params=q)
+    assert '<span data-testid="bulk-count">2</span>' in preview.text and "attempt 2" in preview.text
+    digest = re.search(r'name="digest" value="([^"]+)"', preview.text).group(1)  # type: ignore[union-attr]
+    done = post(ui, "/ui/bulk", {"csrf": csrf_of(preview.text), "digest": digest, "do": "retry",
+                                 "status": "FAILED", "typed": "2"})  # fmt: skip
+    assert done.status_code == 200 and "attempt 2" in done.text
+    for aid in ("rf-1", "rf-2"):
+        rec, _ = record(db_path, aid)
+        assert rec.status is Status.CONFIRMED and rec.attempt == 2
+        assert sim.effects_for(aid) == 1
+
+
+def test_an_unknown_bulk_verdict_is_a_clear_refusal(ui: Any) -> None:
+    login(ui)
+    r = ui.get("/ui/bulk", params={"do": "delete_everything"})
+    assert r.status_code == 422 and "choose what to do" in r.text
+
+
+def test_login_refuses_a_form_without_origin_and_a_name_that_could_pose(ui: Any) -> None:
+    page = ui.get("/ui/login")
+    nonce = re.search(r'name="nonce" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+    r = ui.post(
+        "/ui/login", data={"nonce": nonce, "token": TOKENS["ops"][0]}, follow_redirects=False
+    )
+    assert r.status_code == 403 and "set-cookie" not in r.headers
+    r = login(ui, "ops", "alice via ui:token:boss:1")
+    assert r.status_code == 422 and "set-cookie" not in r.headers
+    r = ui.post("/ui/login", data={"nonce": "forged.nonce", "token": TOKENS["ops"][0]},
+                headers={"Origin": ORIGIN}, follow_redirects=False)  # fmt: skip
+    assert r.status_code == 403 and "stale" in r.text
+
+
+def test_a_session_ends_when_it_expires_or_its_token_changes() -> None:
+    from starlette.datastructures import Headers
+
+    from settled.config import from_dict
+    from settled.serve.auth import Tokens
+    from settled.serve.sessions import Sessions
+
+    conf = {"serve": {"tokens": {"ops": {"secret": "${T}", "roles": ["operate"]}},
+                      "ui": {"session_secret": "${K}", "session_ttl": 600}}}  # fmt: skip
+    cfg = from_dict(conf, source="test")
+    env = {"T": "t" * 20, "K": "k" * 20}
+    sessions = Sessions.from_config(cfg, Tokens.from_config(cfg, env), env)
+    person = sessions.login("t" * 20, "alice", now=1000.0)
+    assert person is not None and person.by.startswith("alice via ui:token:ops:")
+    cookie = sessions.cookie(person)
+    none = Headers()
+    assert sessions.person(cookie, None, none, now=1500.0)[0] == person
+    assert sessions.person(cookie, None, none, now=1601.0)[0] is None  # expired
+    rotated = {**env, "T": "n" * 20}
+    other = Sessions.from_config(cfg, Tokens.from_config(cfg, rotated), rotated)
+    assert other.person(cookie, None, none, now=1500.0)[0] is None  # the token changed
+    assert sessions.csrf(person) != sessions.csrf(sessions.login("t" * 20, "alice", now=1000.0))  # type: ignore[arg-type]
