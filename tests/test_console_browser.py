@@ -351,9 +351,11 @@ def test_hostile_data_runs_no_script_and_reads_as_written(ui: Any, db_path: Any)
     page.get_by_role("link", name="← Queue").click()
     page.get_by_role("link", name="javascript:window.__pwned=5").click()
     expect(page.get_by_test_id("action-id")).to_have_text("javascript:window.__pwned=5")
-    for path in ("/ui/stats", "/ui/providers", "/ui/bulk?do=resolve_applied"):
+    for path, name in (("/ui/stats", "stats"), ("/ui/providers", "providers"),
+                       ("/ui/bulk?do=resolve_applied", "bulk-hostile")):  # fmt: skip
         page.goto(url + path)
         expect(page.locator("h1")).to_be_visible()
+        shots(page, name)
         accessible(page)
     page.goto(url + "/ui/")
     page.get_by_text(HOSTILE_ID).first.hover()  # an onmouseover would fire now

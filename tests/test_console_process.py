@@ -84,3 +84,42 @@ def test_login_behind_tls_sets_a_secure_cookie(tmp_path: Path, sim: SimServer) -
         assert plain.status_code == 403  # an http:// page posting to the https:// service
         assert svc.stop() == 0
         assert all(TOKENS["ops"][0] not in str(e) for e in svc.rest())
+
+
+def test_two_services_on_one_ledger_share_sessions_and_csrf_tokens(
+    tmp_path: Path, sim: SimServer, db_path: Any
+) -> None:
+    """Nothing is held in one process's memory: a login on one service is a session on
+    another with the same key, and a form from one is accepted by the other."""
+    from ledger_rows import add
+
+    from settled.ledger import Ledger
+
+    configure(tmp_path, sim)  # the key is derived from nothing but the config and secrets
+    with Ledger.open(db_path) as led:
+        add(led, "shared-1")
+    env = {"SETTLED_TEST_UI_SECRET": UI_SECRET}
+    with process(env=env) as a, process(env=env) as b, httpx.Client(timeout=30) as c:
+        form = c.get(a.url + "/ui/login")
+        nonce = re.search(r'name="nonce" value="([^"]+)"', form.text)
+        assert nonce is not None
+        r = c.post(a.url + "/ui/login", headers={"Origin": a.url},
+                   data={"nonce": nonce.group(1), "token": TOKENS["ops"][0], "name": "alice"})  # fmt: skip
+        assert r.status_code == 303, r.text
+        page = c.get(a.url + "/ui/actions/shared-1")
+        token = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert token is not None
+        # another client, with nothing but the cookie a's login set
+        cookie = {"Cookie": f"settled_session={r.cookies['settled_session']}"}
+        with httpx.Client(timeout=30) as other:
+            on_b = other.get(b.url + "/ui/", headers=cookie)
+            assert person(on_b) == "alice"
+            done = other.post(b.url + "/ui/actions/shared-1", headers={**cookie, "Origin": b.url},
+                              data={"csrf": token.group(1), "do": "resolve", "verdict": "applied",
+                                    "reason": "seen in the CRM"})  # fmt: skip
+            assert done.status_code == 303, done.text
+    with Ledger.open(db_path, create=False) as led:
+        rec = led.get("shared-1")
+        assert str(rec.status) == "CONFIRMED" and str(rec.confirmed_by).startswith(
+            "operator:alice via ui:"
+        )
