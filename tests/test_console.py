@@ -287,6 +287,10 @@ def test_retry_opens_a_new_attempt_of_a_failed_action(
     rec, _ = record(db_path, "f-1")
     assert rec.attempt == 2 and rec.status is Status.CONFIRMED
     assert sim.effects_for("f-1") == 1
+    before = dump(db_path)
+    again = post(ui, aid_url("f-1"), {"csrf": csrf_of(page.text), "do": "retry"})  # pressed twice
+    assert again.status_code == 409 and "retry is allowed only from FAILED" in again.text
+    assert dump(db_path) == before and len(sim.requests_for("f-1")) == 2
 
 
 # ------------------------------------------------------------------ refusals
@@ -373,6 +377,9 @@ def test_bulk_resolve_acts_on_exactly_what_the_preview_showed(ui: Any, db_path: 
         assert rec.status is Status.FAILED
         assert events[-1].actor.startswith("operator:alice via ui:token:ops:")
     assert record(db_path, "other-1")[0].status is Status.DENIED_UNRESOLVED
+    before = dump(db_path)
+    twice = post(ui, "/ui/bulk", {**form, "digest": fresh, "typed": "4"})  # the form sent again
+    assert twice.status_code == 409 and dump(db_path) == before
 
 
 def test_static_files_are_served_and_nothing_else(ui: Any) -> None:
