@@ -267,7 +267,7 @@ def test_confirm_sends_a_held_action_once(ui: Any, db_path: Any, sim: SimServer)
     assert "Confirm and send" in page.text
     token = csrf_of(page.text)
     first = post(ui, aid_url("held-1"), {"csrf": token, "do": "confirm"})
-    assert first.headers["location"].endswith("?did=confirm-dispatched")
+    assert first.headers["location"].endswith("?did=confirm-dispatched-succeeded")
     again = post(ui, aid_url("held-1"), {"csrf": token, "do": "confirm"})
     assert again.headers["location"].endswith("?did=confirm-already_completed")
     assert len(sim.requests_for("held-1")) == 1 and sim.effects_for("held-1") == 1

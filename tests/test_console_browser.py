@@ -241,7 +241,9 @@ def test_confirm_a_held_action_and_the_sim_receives_it_once(
     other = page.context.new_page()  # a second tab on the same action, its form still there
     other.goto(url + aid_url("held/1"))
     page.get_by_role("button", name="Confirm and send").click()
-    expect(page.get_by_role("status")).to_have_text("Confirmed: it was dispatched (once).")
+    expect(page.get_by_role("status")).to_have_text(
+        "Confirmed: sent once, and the effect was observed."
+    )
     expect(page.locator(".state .status")).to_have_text("CONFIRMED")
     other.get_by_role("button", name="Confirm and send").click()
     expect(other.get_by_role("status")).to_have_text("Nothing sent: it had already completed.")

@@ -25,7 +25,7 @@ retry the dispatcher's, a bulk preview the CLI's ``plan`` rules (``why_not`` and
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
@@ -67,7 +67,6 @@ class Visit:
     person: Person | None
     set_cookie: bool = False
     notice: str = ""
-    context: dict[str, Any] = field(default_factory=dict)
 
     @property
     def csrf(self) -> str:

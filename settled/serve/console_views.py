@@ -26,7 +26,11 @@ DONE = {  # ?did= after a verdict (a fixed key: no text from the URL is ever sho
     "resolved": "Your verdict was recorded.",
     "retried": "A new attempt was opened and dispatched.",
     "reconciled": "The provider was checked now.",
-    "confirm-dispatched": "Confirmed: it was dispatched (once).",
+    "confirm-dispatched-succeeded": "Confirmed: sent once, and the effect was observed.",
+    "confirm-dispatched-accepted": "Confirmed: sent once; the provider took it, and settled "
+    "checks the effect next.",
+    "confirm-dispatched-failed": "Confirmed: sent once; the provider refused it (FAILED).",
+    "confirm-dispatched-unresolved": "Confirmed: sent once; nobody can tell yet whether it applied.",
     "confirm-already_completed": "Nothing sent: it had already completed.",
     "confirm-in_progress": "Nothing sent: another caller is dispatching it.",
     "confirm-blocked": "Nothing sent: a prior dispatch is unresolved; reconcile before retry.",
@@ -250,7 +254,8 @@ async def verdict(visit: Visit, aid: str) -> Response:
             report = s.dispatcher(person.actor).confirm(aid)
             if str(report.outcome) == "not_found":
                 raise NotFound(f"no action {aid!r}")
-            return f"confirm-{report.outcome}"
+            result = f"-{report.result}" if str(report.outcome) == "dispatched" else ""
+            return f"confirm-{report.outcome}{result}"  # the real result, as rule 8 says
         if do == "retry":
             s.dispatcher(person.actor).retry(aid, recheck=recheck)
             return "retried"
