@@ -512,3 +512,22 @@ def test_a_session_ends_when_it_expires_or_its_token_changes() -> None:
     other = Sessions.from_config(cfg, Tokens.from_config(cfg, rotated), rotated)
     assert other.person(cookie, None, none, now=1500.0)[0] is None  # the token changed
     assert sessions.csrf(person) != sessions.csrf(sessions.login("t" * 20, "alice", now=1000.0))  # type: ignore[arg-type]
+
+
+def test_a_contradicted_record_is_in_the_queue_flagged(ui: Any, db_path: Any) -> None:
+    from settled.clock import to_text, utcnow
+    from settled.storage import Move
+
+    with Ledger.open(db_path) as led:
+        add(led, "said-done", status=Status.CONFIRMED)
+        rec = led.get("said-done")
+        assert led.move(Move("said-done", rec.status, rec.status, to_text(utcnow()), "t", None,
+                             values={"contradiction": "a late reply says <b>not applied</b>"}))  # fmt: skip
+    login(ui)
+    page = ui.get("/ui/")
+    assert '<span data-testid="total">1</span>' in page.text
+    assert 'class="contradicted"' in page.text and "CONTRADICTED" in page.text
+    assert "a late reply says &lt;b&gt;not applied&lt;/b&gt;" in page.text
+    action = ui.get(aid_url("said-done"))
+    assert "retry is blocked until a person resolves it" in action.text
+    assert "Give your verdict" in action.text  # a person settles a contradiction
