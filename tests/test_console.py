@@ -531,3 +531,26 @@ def test_a_contradicted_record_is_in_the_queue_flagged(ui: Any, db_path: Any) ->
     action = ui.get(aid_url("said-done"))
     assert "retry is blocked until a person resolves it" in action.text
     assert "Give your verdict" in action.text  # a person settles a contradiction
+
+
+def test_stats_show_how_actions_settled_and_how_fast(ui: Any, db_path: Any, sim: SimServer) -> None:
+    for i in range(3):
+        r = ui.post("/api/v1/actions", json={"provider": "sim", "operation": "send",
+                    "action_id": f"s-{i}", "params": {}}, headers=auth("app"))  # fmt: skip
+        assert r.status_code == 201
+    with Ledger.open(db_path) as led:
+        from settled.session import Session
+
+        with Session() as s:
+            for _ in range(200):  # bounded: each pass checks what is due
+                s.reconciler(actor="test").run_ids([f"s-{i}" for i in range(3)])
+                if all(led.get(f"s-{i}").status is Status.CONFIRMED for i in range(3)):
+                    break
+    login(ui)
+    page = ui.get("/ui/stats")
+    assert page.status_code == 200
+    row = re.search(r"sim/send</td>(.*?)</tr>", page.text, flags=re.S)
+    assert row is not None
+    cells = re.findall(r">([^<]*)</td>", row.group(1))
+    assert cells[0] == "3" and cells[2] == "3"  # confirmed, all of them by a check
+    assert cells[6] != "-" and cells[7] != "-"  # p50 and p95 measured

@@ -320,8 +320,9 @@ async def stats(visit: Visit) -> Response:
                                 created_after=to_text(plus(now, -secs)))  # fmt: skip
                 counts.append(ledger.count(sel))
             over.append((g["key"], counts))
+        figures = sorted(ledger.figures().items())  # the audit's: how settled, how fast
         return {"data": data, "over": over, "windows": [w for w, _ in windows], "open": OPEN,
-                "now": now}  # fmt: skip
+                "now": now, "figures": figures}  # fmt: skip
 
     return visit.page("stats.html", nav="stats", **(await visit.run(work)))
 
