@@ -498,3 +498,20 @@ def test_an_incident_settled_from_the_browser_agrees_with_the_sims_truth(
             check_events(led, rec)
         assert all(led.get(f"lost-{i}").confirmed_by is None for i in range(LOST))
         assert led.events("notice-0")[-1].actor.startswith("operator:olga via ui:token:ops:")
+
+
+def test_the_console_works_without_javascript(ui: Any, browser: Any, db_path: Any) -> None:
+    url, _page, _watch = ui
+    seed(db_path, "nojs-1")
+    context = browser.new_context(java_script_enabled=False)
+    try:
+        page = context.new_page()
+        log_in(page, url, "ops", "nina")
+        page.get_by_role("link", name="nojs-1").click()
+        page.get_by_label("It was not applied").check()
+        page.get_by_label("How you know").fill("the customer says it never came")
+        page.get_by_role("button", name="Record verdict").click()
+        expect(page.get_by_role("status")).to_have_text("Your verdict was recorded.")
+    finally:
+        context.close()
+    assert status_of(db_path, "nojs-1") is Status.FAILED
