@@ -554,3 +554,16 @@ def test_stats_show_how_actions_settled_and_how_fast(ui: Any, db_path: Any, sim:
     cells = re.findall(r">([^<]*)</td>", row.group(1))
     assert cells[0] == "3" and cells[2] == "3"  # confirmed, all of them by a check
     assert cells[6] != "-" and cells[7] != "-"  # p50 and p95 measured
+
+
+def test_without_a_key_the_console_says_what_to_set_and_logs_nobody_in(
+    tmp_path: Path, sim: SimServer
+) -> None:
+    write_config(tmp_path / "settled.toml", {"sim": sim_conf(sim)})  # no tokens, no secret
+    with in_process(mcp=False) as (c, _lines):
+        assert c.get("/ui/", follow_redirects=False).headers["location"] == "/ui/login"
+        page = c.get("/ui/login")
+        assert page.status_code == 200 and "session_secret" in page.text
+        assert 'name="token"' not in page.text
+        r = c.post("/ui/login", data={"token": "x" * 20}, headers={"Origin": ORIGIN})
+        assert r.status_code == 503 and "set-cookie" not in r.headers
