@@ -567,3 +567,66 @@ def test_without_a_key_the_console_says_what_to_set_and_logs_nobody_in(
         assert 'name="token"' not in page.text
         r = c.post("/ui/login", data={"token": "x" * 20}, headers={"Origin": ORIGIN})
         assert r.status_code == 503 and "set-cookie" not in r.headers
+
+
+def test_malformed_requests_are_one_clear_refusal_each(ui: Any, db_path: Any) -> None:
+    stuck(db_path, "m-1")
+    login(ui)
+    page = ui.get(aid_url("m-1"))
+    token = csrf_of(page.text)
+    before = dump(db_path)
+    form = f"csrf={token}&do=resolve&verdict=applied&reason=x"
+    cases = [
+        (
+            ui.post(
+                aid_url("m-1"),
+                content=form + "&do=retry",
+                headers={"Origin": ORIGIN, "Content-Type": "application/x-www-form-urlencoded"},
+            ),
+            400,
+            "sent twice",
+        ),  # fmt: skip
+        (
+            ui.post(
+                aid_url("m-1"),
+                content=form,
+                headers={"Origin": ORIGIN, "Content-Type": "text/plain"},
+            ),
+            415,
+            "form",
+        ),  # fmt: skip
+        (
+            ui.post(
+                aid_url("m-1"),
+                content=b"csrf=\xff\xfe",
+                headers={"Origin": ORIGIN, "Content-Type": "application/x-www-form-urlencoded"},
+            ),
+            400,
+            "UTF-8",
+        ),  # fmt: skip
+        (ui.get("/ui/actions/%FF%FE"), 422, "UTF-8"),
+        (ui.get(aid_url("no-such-action")), 404, "no-such-action"),
+        (
+            post(
+                ui,
+                aid_url("m-1"),
+                {"csrf": token, "do": "resolve", "verdict": "maybe", "reason": "x"},
+            ),
+            422,
+            "applied",
+        ),
+        (
+            post(
+                ui,
+                aid_url("m-1"),
+                {"csrf": token, "do": "resolve", "verdict": "applied", "reason": " "},
+            ),
+            422,
+            "reason",
+        ),
+    ]
+    for r, status, words in cases:
+        assert r.status_code == status, (status, r.text)
+        assert words in r.text and "Traceback" not in r.text
+        assert r.headers["content-type"].startswith("text/html")
+    assert dump(db_path) == before
