@@ -585,7 +585,7 @@ def test_malformed_requests_are_one_clear_refusal_each(ui: Any, db_path: Any) ->
             ),
             400,
             "sent twice",
-        ),  # fmt: skip
+        ),
         (
             ui.post(
                 aid_url("m-1"),
@@ -594,7 +594,7 @@ def test_malformed_requests_are_one_clear_refusal_each(ui: Any, db_path: Any) ->
             ),
             415,
             "form",
-        ),  # fmt: skip
+        ),
         (
             ui.post(
                 aid_url("m-1"),
@@ -603,7 +603,7 @@ def test_malformed_requests_are_one_clear_refusal_each(ui: Any, db_path: Any) ->
             ),
             400,
             "UTF-8",
-        ),  # fmt: skip
+        ),
         (ui.get("/ui/actions/%FF%FE"), 422, "UTF-8"),
         (ui.get(aid_url("no-such-action")), 404, "no-such-action"),
         (
