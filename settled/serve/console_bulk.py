@@ -52,7 +52,7 @@ def plan_bulk(s: Session, filt: Filter, do: str, recheck: bool) -> Bulk:
     """The CLI's plan for this verdict on the filter's selection (``select.plan``'s
     rules: each record with why it is left alone, oldest first)."""
     from ..cli.select import Target
-    from ..cli.verdicts import _becomes, _next_attempt, _resolvable, _retryable
+    from ..cli.verdicts import next_attempt, resolvable, retryable, verdict_becomes
     from ..reconcile import why_unchecked
 
     if do not in DOS:
@@ -67,9 +67,9 @@ def plan_bulk(s: Session, filt: Filter, do: str, recheck: bool) -> Bulk:
     becomes: Callable[[Any], str]
     if do.startswith("resolve"):
         applied = do == "resolve_applied"
-        why, becomes = (lambda r: _resolvable(r, applied, now)), _becomes(applied, recheck)
+        why, becomes = (lambda r: resolvable(r, applied, now)), verdict_becomes(applied, recheck)
     elif do == "retry":
-        why, becomes = _retryable, _next_attempt(recheck)
+        why, becomes = retryable, next_attempt(recheck)
     else:
         why, becomes = (lambda r: str(why_unchecked(r, now))), (lambda t: "checked now")
     targets = [Target(r.action_id, r, why(r)) for r in rows]
@@ -132,7 +132,7 @@ async def _bulk_run(visit: Visit) -> Response:
 
 def _act(s: Session, b: Bulk, person: Person, form: dict[str, str]) -> list[tuple[str, str, str]]:
     """The verdict on each planned record, one checked move each: (id, status, note)."""
-    from ..cli.verdicts import _record
+    from ..cli.verdicts import record_verdicts
 
     ledger = s.ledger()
     out: list[tuple[str, str, str]] = []
@@ -141,7 +141,7 @@ def _act(s: Session, b: Bulk, person: Person, form: dict[str, str]) -> list[tupl
                    "by": person.by, "evidence": form.get("evidence", "").strip() or None,
                    "object_id": None, "now": ledger.clock().now(), "registry": s.registry(),
                    "recheck": b.recheck}  # fmt: skip
-        _code, done = _record(ledger, b.targets, verdict, bar=False)
+        _code, done = record_verdicts(ledger, b.targets, verdict, bar=False)
         for t in done:
             status = str(t.record.status) if t.record is not None else "-"
             out.append((t.action_id, status, t.skip or "recorded"))
