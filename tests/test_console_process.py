@@ -123,3 +123,23 @@ def test_two_services_on_one_ledger_share_sessions_and_csrf_tokens(
         assert str(rec.status) == "CONFIRMED" and str(rec.confirmed_by).startswith(
             "operator:alice via ui:"
         )
+
+
+def test_a_missing_or_short_session_secret_stops_the_service_at_start(
+    tmp_path: Path, sim: SimServer
+) -> None:
+    from serving import token_env
+    from support import run_cli
+
+    configure(tmp_path, sim)
+    for value, words in ((None, "SETTLED_TEST_UI_SECRET is not set"), ("short", "at least 16")):
+        env = {**token_env()}
+        if value is not None:
+            env["SETTLED_TEST_UI_SECRET"] = value
+        p = run_cli("serve", "--listen", "127.0.0.1:0", env=env, timeout=120)
+        assert p.returncode == 1, p.stderr
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and words in lines[0] and "serve.ui.session_secret" in lines[0]
+        assert "Traceback" not in p.stderr
+        if value is not None:
+            assert value not in lines[0]  # the secret itself is never shown
