@@ -132,7 +132,7 @@ def test_a_missing_or_short_session_secret_stops_the_service_at_start(
     from support import run_cli
 
     configure(tmp_path, sim)
-    for value, words in ((None, "SETTLED_TEST_UI_SECRET is not set"), ("short", "at least 16")):
+    for value, words in ((None, "SETTLED_TEST_UI_SECRET is not set"), ("q7Zp-w9", "at least 16")):
         env = {**token_env()}
         if value is not None:
             env["SETTLED_TEST_UI_SECRET"] = value
