@@ -53,6 +53,7 @@ expect = sync_api.expect
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     with sync_api.sync_playwright() as pw:
+        # --no-sandbox: CI runs as root, where Chromium refuses its own sandbox
         b = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
             yield b
@@ -130,7 +131,10 @@ def shots(page: Any, name: str) -> None:
         page.screenshot(path=str(shot), full_page=True)
         assert shot.stat().st_size > 0
         overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-        assert overflow <= 1, f"{name} at {width} px scrolls sideways by {overflow} px"
+        wide = page.evaluate("""() => [...document.querySelectorAll('body *')]
+            .filter(e => e.getBoundingClientRect().right > window.innerWidth + 1)
+            .slice(0, 5).map(e => e.tagName + '.' + e.className)""")
+        assert overflow <= 1, f"{name} at {width} px scrolls sideways by {overflow} px: {wide}"
     page.set_viewport_size({"width": 1280, "height": 900})
 
 
@@ -337,8 +341,11 @@ def test_hostile_data_runs_no_script_and_reads_as_written(ui: Any, db_path: Any)
     url, page, watch = ui
     seed(db_path, HOSTILE_ID, reason=HOSTILE_TEXT, params={"note": HOSTILE_TEXT})
     seed(db_path, "javascript:window.__pwned=5", reason="an id that looks like a link")
+    long_id = "order-" + "x" * 190 + "-end"  # 200 characters, no space: it wraps, never cut
+    seed(db_path, long_id)
     log_in(page, url)
-    expect(page.get_by_test_id("total")).to_have_text("2")
+    expect(page.get_by_test_id("total")).to_have_text("3")
+    expect(page.get_by_role("link", name=long_id)).to_have_text(long_id)
     link = page.get_by_role("link", name=HOSTILE_ID)
     expect(link).to_have_count(1)
     href = page.get_by_role("link", name="javascript:window.__pwned=5").get_attribute("href")
@@ -360,6 +367,7 @@ def test_hostile_data_runs_no_script_and_reads_as_written(ui: Any, db_path: Any)
         shots(page, name)
         accessible(page)
     page.goto(url + "/ui/")
+    shots(page, "queue-long-ids")  # no sideways scroll at 390 px, ids whole
     page.get_by_text(HOSTILE_ID).first.hover()  # an onmouseover would fire now
     watch.clean()
 
