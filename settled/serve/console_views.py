@@ -151,6 +151,17 @@ CONSOLE_NEXT = {
 }
 
 
+TIER_WORDS = {  # what the operation's tier means for the person reading its page
+    "full": "The provider's reply proves the effect: settled knows from the reply itself.",
+    "reconcilable": "settled checks the provider for the effect after each send; a person "
+    "is needed only when those checks cannot tell.",
+    "partial": "The provider proves delivery only, never the effect: a person who can see "
+    "the outcome (the customer, the provider's dashboard) settles it, or a signed callback.",
+    "blind": "Nothing can observe this effect: only a person who knows whether it happened "
+    "can settle it.",
+}
+
+
 def next_in_words(rec: Any, now: Any) -> str:
     """What settles ``rec`` next, as ``settled queue`` says it, with the console's
     buttons for the commands it names."""
@@ -217,7 +228,9 @@ async def _action_page(visit: Visit, aid: str, status: int = 200, error: str = "
         }  # fmt: skip
 
     data = await visit.run(work)
-    return visit.page("action.html", status, nav="queue", error=error, **data)
+    return visit.page(
+        "action.html", status, nav="queue", error=error, tier_words=TIER_WORDS, **data
+    )
 
 
 async def verdict(visit: Visit, aid: str) -> Response:
