@@ -222,10 +222,13 @@ def test_bulk_resolve_a_filter_after_its_preview(ui: Any, db_path: Any) -> None:
     page.get_by_label("Type 5").fill("4")
     page.get_by_role("button", name=re.compile("Resolve as not applied: 5")).click()
     expect(page.get_by_test_id("error")).to_contain_text("Type 5")
+    accessible(page)  # the refusal, announced as an alert
     assert status_of(db_path, "bounce-0") is Status.DENIED_UNRESOLVED
     page.get_by_label("Type 5").fill("5")
     page.get_by_role("button", name=re.compile("Resolve as not applied: 5")).click()
     expect(page.get_by_test_id("bulk-done")).to_contain_text("5 records handled")
+    shots(page, "bulk-done")
+    accessible(page)
     assert all(status_of(db_path, f"bounce-{i}") is Status.FAILED for i in range(5))
     assert status_of(db_path, "keep-1") is Status.DENIED_UNRESOLVED
     watch.clean()
@@ -281,6 +284,10 @@ def test_a_read_only_person_sees_no_buttons_and_every_write_is_refused(
     log_in(page, url, "reader", "rita")
     page.goto(url + aid_url("ro-1"))
     expect(page.get_by_test_id("read-only")).to_be_visible()
+    page.goto(url + aid_url("no-such-action"))  # the error page, as a person meets it
+    expect(page.get_by_test_id("error")).to_contain_text("no-such-action")
+    accessible(page)
+    page.goto(url + aid_url("ro-1"))
     expect(page.locator("form input[name=do]")).to_have_count(0)
     page.goto(url + "/ui/")
     expect(page.get_by_role("button", name="Preview")).to_have_count(0)
