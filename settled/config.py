@@ -33,7 +33,10 @@ SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "reconcile": {"batch": int, "lease": (int, float), "concurrency": int},
     "daemon": {"interval": (int, float)},
 }
-SERVE_KEYS = ("hosts", "listen", "max_body", "tokens")
+SERVE_KEYS = ("hosts", "listen", "max_body", "tokens", "ui")
+UI_KEYS = ("proxy_roles", "session_secret", "session_ttl", "trusted_proxies", "user_header")
+DEFAULT_SESSION_TTL = 8 * 3600  # s a console login lasts: one working day
+MAX_SESSION_TTL = 7 * 24 * 3600
 TOKEN_KEYS = ("roles", "secret")
 ROLES = ("read", "dispatch", "operate")  # dispatch and operate include read
 DEFAULT_MAX_BODY = 1024 * 1024  # bytes of a request body `settled serve` reads
@@ -53,6 +56,21 @@ class ServeToken:
 
 
 @dataclass
+class UiConfig:
+    """``[serve.ui]``: the console at ``/ui/``. ``session_secret`` is as written (a
+    ``${VAR}``), read by ``settled serve`` when it starts; without it the key that signs
+    sessions and CSRF tokens is derived from the API tokens. ``trusted_proxies`` are the
+    addresses (or networks) whose ``user_header`` names the person; each such person
+    has ``proxy_roles``."""
+
+    session_secret: str | None = None
+    session_ttl: int = DEFAULT_SESSION_TTL
+    trusted_proxies: tuple[str, ...] = ()
+    user_header: str = "X-Forwarded-User"
+    proxy_roles: tuple[str, ...] = ("read",)
+
+
+@dataclass
 class ServeConfig:
     """``[serve]``: where ``settled serve`` listens, the body cap, the API tokens and
     the extra host names it answers to (behind a reverse proxy)."""
@@ -61,6 +79,7 @@ class ServeConfig:
     max_body: int = DEFAULT_MAX_BODY
     tokens: dict[str, ServeToken] = field(default_factory=dict)
     hosts: tuple[str, ...] = ()
+    ui: UiConfig = field(default_factory=UiConfig)
 
 
 @dataclass
@@ -310,6 +329,71 @@ def _serve(cfg: Config, serve: Any) -> None:
         raise ConfigError(f"{cfg.where('serve.tokens')} must be a table ([serve.tokens.NAME])")
     for name, table in tokens.items():
         out.tokens[name] = _token(cfg, name, table)
+    if "ui" in serve:
+        _ui(cfg, serve["ui"])
+
+
+def _ui(cfg: Config, ui: Any) -> None:
+    """[serve.ui]: the console's sessions and its trusted proxies (docs/console.md)."""
+    import ipaddress
+
+    if not isinstance(ui, dict):
+        raise ConfigError(f"{cfg.where('serve.ui')} must be a table ([serve.ui])")
+    for key in ui:
+        if key not in UI_KEYS:
+            raise ConfigError(
+                f"{cfg.where('serve.ui.' + key)}: unknown key; expected one of {', '.join(UI_KEYS)}"
+            )
+    out = cfg.serve.ui
+    if "session_secret" in ui:
+        secret = ui["session_secret"]
+        if not isinstance(secret, str) or not _ENV.fullmatch(secret):
+            raise ConfigError(
+                f"{cfg.where('serve.ui.session_secret')}: must name an environment variable, "
+                'e.g. session_secret = "${SETTLED_UI_SECRET}" (secrets are read at run time, '
+                "never written in the config)"
+            )
+        out.session_secret = secret
+    if "session_ttl" in ui:
+        where = cfg.where("serve.ui.session_ttl")
+        ttl = checks.whole_number(where, ui["session_ttl"])
+        if not 60 <= ttl <= MAX_SESSION_TTL:
+            raise ConfigError(f"{where} must be from 60 to {MAX_SESSION_TTL} seconds, got {ttl}")
+        out.session_ttl = ttl
+    if "trusted_proxies" in ui:
+        where = cfg.where("serve.ui.trusted_proxies")
+        proxies = ui["trusted_proxies"]
+        if not isinstance(proxies, list) or not all(isinstance(p, str) for p in proxies):
+            raise ConfigError(f'{where} must be a list of addresses, e.g. ["127.0.0.1"]')
+        for p in proxies:
+            try:
+                ipaddress.ip_network(p, strict=False)
+            except ValueError:
+                raise ConfigError(
+                    f"{where}: {p!r} is not an IP address or network (names are not trusted: "
+                    "they can be made to point anywhere)"
+                ) from None
+        out.trusted_proxies = tuple(proxies)
+    if "user_header" in ui:
+        where = cfg.where("serve.ui.user_header")
+        header = ui["user_header"]
+        if not isinstance(header, str) or not re.fullmatch(r"[A-Za-z0-9-]{1,64}", header):
+            raise ConfigError(f'{where} must be a header name, e.g. "X-Forwarded-User"')
+        if header.lower() in ("host", "origin", "cookie", "authorization", "content-length"):
+            raise ConfigError(f"{where}: {header} cannot name a person")
+        out.user_header = header
+    if "proxy_roles" in ui:
+        roles = ui["proxy_roles"]
+        if (
+            not isinstance(roles, list)
+            or not roles
+            or not all(isinstance(r, str) and r in ROLES for r in roles)
+        ):
+            raise ConfigError(
+                f"{cfg.where('serve.ui.proxy_roles')}: must be a non-empty list of "
+                f'{", ".join(ROLES)}, e.g. proxy_roles = ["read"]'
+            )
+        out.proxy_roles = tuple(roles)
 
 
 def _token(cfg: Config, name: str, table: Any) -> ServeToken:

@@ -107,6 +107,31 @@ def json_server(folder: Path, entry: Path) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
 
 
+# -- axe-core -------------------------------------------------------------------------------------
+
+AXE_CORE = "axe-core@4.10.3"
+
+
+def axe_core_js() -> Path | None:
+    """axe-core's ``axe.min.js`` (the accessibility engine the console's browser tests
+    run in the page), installed with npm on first use; None without npm."""
+    prefix = cache_dir() / AXE_CORE.replace("@", "-")
+    entry = prefix / "node_modules" / "axe-core" / "axe.min.js"
+    if entry.exists():
+        return entry
+    npm = shutil.which("npm")
+    if npm is None:
+        return None
+    prefix.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", AXE_CORE],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return entry
+
+
 # -- Datasette ------------------------------------------------------------------------------------
 
 DATASETTE_SECRET = "settled-test-secret"

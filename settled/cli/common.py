@@ -309,13 +309,13 @@ def redact_params(params: Any, secrets: list[str] | None = None) -> Any:
     return walk(params)
 
 
-def config_secrets() -> list[str]:
-    """The values of the ``${VAR}``s the config refers to (to keep them out of human
-    views); never loads a provider."""
+def config_secrets(cfg: Any = None) -> list[str]:
+    """The values of the ``${VAR}``s the config (``cfg``, else the CLI's) refers to (to
+    keep them out of human views); never loads a provider."""
     import re
 
     try:
-        providers = STATE.config().providers
+        providers = (cfg if cfg is not None else STATE.config()).providers
     except Exception:
         return []
     names: set[str] = set()

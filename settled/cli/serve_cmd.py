@@ -1,4 +1,5 @@
-"""settled serve: the HTTP API, /mcp, /metrics and /healthz in one process (docs/serve.md).
+"""settled serve: the HTTP API, the console, /mcp, /metrics and /healthz in one process
+(docs/serve.md, docs/console.md).
 
 uvicorn, Starlette and the MCP SDK are an optional extra (``settled[serve]``), imported
 only when the command runs."""
@@ -11,13 +12,16 @@ import typer
 
 from .common import STATE
 
-SERVE_HELP = """Serve the HTTP API for apps (/api/v1), MCP (/mcp), /metrics and /healthz.
+SERVE_HELP = """Serve the HTTP API for apps (/api/v1), the console for people (/ui/), MCP
+(/mcp), /metrics and /healthz.
 
 Listens on 127.0.0.1:8780 unless --listen or [serve] listen says otherwise; any
 address but loopback needs --allow-remote and at least one API token
 ([serve.tokens.NAME]), and belongs behind a TLS reverse proxy (docs/serve.md). Every
 API call needs `Authorization: Bearer TOKEN` (the OpenAPI description at
 /api/v1/openapi.json excepted); with no token configured the API refuses all calls.
+The console at /ui/ logs people in with an API token, or trusts an authenticating
+proxy's user header from [serve.ui] trusted_proxies (docs/console.md).
 
 At start it checks the config, reads every token from the environment, builds every
 provider, opens the ledger (created when missing) and binds the port: any problem

@@ -109,7 +109,7 @@ Examples:
 # ------------------------------------------------------------------ resolve
 
 
-def _resolvable(rec: Any, applied: bool, now: Any) -> str:
+def resolvable(rec: Any, applied: bool, now: Any) -> str:
     """Why a verdict cannot be recorded on this record now, or '' when it can: the
     core's own rule (``policy.resolution``), asked without writing anything."""
     from ..policy import resolution
@@ -121,7 +121,7 @@ def _resolvable(rec: Any, applied: bool, now: Any) -> str:
     return f"{rec.status}: resolve applies to unresolved actions only"
 
 
-def _becomes(applied: bool, recheck: bool) -> Any:
+def verdict_becomes(applied: bool, recheck: bool) -> Any:
     """The preview's "becomes" cell: the verdict's status, and whether a check of the
     provider comes first (rule 14: a not-applied verdict on a queryable operation)."""
     from ..policy import recheck_needed
@@ -206,7 +206,7 @@ def resolve(
         raise typer.Exit(0)
     if object_id is not None and not single:
         raise UsageError("--object-id names one provider object: give exactly one ACTION_ID")
-    targets = plan(ledger, chosen, sel, now, lambda r: _resolvable(r, applied, now),
+    targets = plan(ledger, chosen, sel, now, lambda r: resolvable(r, applied, now),
                    default=("DENIED_UNRESOLVED",))  # fmt: skip
     n = sum(1 for t in targets if not t.skip)
     if as_json and dry_run:
@@ -218,7 +218,7 @@ def resolve(
         title = (
             f"resolve --{'applied' if applied else 'not-applied'}: {n} of {len(targets)} action(s)"
         )
-        note = preview(targets, title=title, becomes=_becomes(applied, not no_recheck), now=now,
+        note = preview(targets, title=title, becomes=verdict_becomes(applied, not no_recheck), now=now,
                        err=as_json)  # fmt: skip
     if dry_run:
         say(f"--dry-run: nothing recorded ({n} would be)")
@@ -227,7 +227,7 @@ def resolve(
                              doing="settle", asked=not chosen.from_stdin, note=note):  # fmt: skip
         say("nothing recorded")
         raise typer.Exit(0)
-    code, done = _record(ledger, targets, verdict, bar=not as_json and n > 1)
+    code, done = record_verdicts(ledger, targets, verdict, bar=not as_json and n > 1)
     if as_json:
         emit_json([_plan_json(t, applied, True) for t in done])
     else:
@@ -256,7 +256,7 @@ def _verdict(
             "object_id": object_id}  # fmt: skip
 
 
-def _record(ledger: Any, targets: list[Target], verdict: dict[str, Any], *,
+def record_verdicts(ledger: Any, targets: list[Target], verdict: dict[str, Any], *,
             bar: bool) -> tuple[int, list[Target]]:  # fmt: skip
     """Record the verdict for each target not skipped, one at a time (each is its own
     checked move, after its own check of the provider: an action changed meanwhile, or
@@ -306,7 +306,7 @@ def _plan_json(t: Target, applied: bool, done: bool) -> dict[str, Any]:
 # ------------------------------------------------------------------ retry
 
 
-def _retryable(rec: Any) -> str:
+def retryable(rec: Any) -> str:
     """Why ``rec`` cannot be retried (the dispatcher's own rule), or ''."""
     from ..dispatch import retry_problem
 
@@ -314,7 +314,7 @@ def _retryable(rec: Any) -> str:
     return problem.removeprefix(f"action {rec.action_id} is ")
 
 
-def _next_attempt(recheck: bool) -> Any:
+def next_attempt(recheck: bool) -> Any:
     from ..policy import recheck_needed
 
     def cell(t: Target) -> str:
@@ -375,7 +375,7 @@ def retry(
         raise typer.Exit(finish(report, as_json, render_report))
     ledger = STATE.ledger(create=False)
     now = ledger.clock(anchor=False).now()
-    targets = plan(ledger, chosen, sel, now, _retryable, default=("FAILED",))
+    targets = plan(ledger, chosen, sel, now, retryable, default=("FAILED",))
     n = sum(1 for t in targets if not t.skip)
     if as_json and dry_run:
         emit_json([_retry_json(t, None) for t in targets])
@@ -384,7 +384,7 @@ def retry(
     note = False
     if not as_json or asked:
         note = preview(targets, title=f"retry: {n} of {len(targets)} action(s)",
-                       becomes=_next_attempt(not no_recheck), now=now, err=as_json)  # fmt: skip
+                       becomes=next_attempt(not no_recheck), now=now, err=as_json)  # fmt: skip
     if dry_run:
         say(f"--dry-run: nothing sent ({n} would be retried)")
         raise typer.Exit(0)
@@ -468,4 +468,13 @@ def register(app: typer.Typer) -> None:
     app.command(help=RETRY_HELP)(retry)
 
 
-__all__ = ["register", "resolve", "retry"]
+__all__ = [
+    "next_attempt",
+    "record_verdicts",
+    "register",
+    "resolvable",
+    "resolve",
+    "retry",
+    "retryable",
+    "verdict_becomes",
+]

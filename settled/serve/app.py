@@ -10,9 +10,10 @@ Layers, outermost first (each one concern):
     Starlette   the routes (``routes``), problems rendered as application/problem+json
 
 Routes: ``/healthz`` and ``/metrics`` (no token, as the daemon serves them),
-``/api/v1/...`` (``settled.serve.api``), ``/mcp`` (the MCP server of ``settled mcp``,
-its own DNS-rebinding guard kept; a token with the ``dispatch`` role once any token
-is configured), and the provider callbacks of ``hook_routes``.
+``/api/v1/...`` (``settled.serve.api``), ``/ui/...`` (the console,
+``settled.serve.console``), ``/mcp`` (the MCP server of ``settled mcp``, its own
+DNS-rebinding guard kept; a token with the ``dispatch`` role once any token is
+configured), and the provider callbacks of ``hook_routes``.
 """
 
 from __future__ import annotations
@@ -48,12 +49,13 @@ def routes(service: Service, mcp: list[Any]) -> list[Any]:
     """Every route of the service, in matching order."""
     from starlette.routing import Route
 
-    from . import api
+    from . import api, console
 
     return [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         *api.routes(),
+        *console.routes(),
         *mcp,
         *hook_routes(),
     ]

@@ -98,6 +98,17 @@ class Tokens:
     def __len__(self) -> int:
         return len(self._tokens)
 
+    def named(self, name: str) -> tuple[Caller, bytes] | None:
+        """The caller of the token called ``name`` and its secret's digest (for a
+        console session that names its token), or None when there is none."""
+        for tok in self._tokens:
+            if tok.name == name:
+                return Caller(tok.name, tok.allowed), tok.digest
+        return None
+
+    def digest_of(self, presented: str) -> bytes:
+        return _digest(presented)
+
     def identify(self, presented: str) -> Caller | None:
         """The caller whose token this is, or None. Compares with every token."""
         digest = _digest(presented)

@@ -27,6 +27,7 @@ from .address import is_loopback, shown
 from .auth import Guard, Tokens
 from .problems import one_line
 from .service import POOL, Service
+from .sessions import Sessions
 
 if TYPE_CHECKING:
     from ..daemon.notify import Notifier
@@ -44,7 +45,7 @@ def require() -> None:
     """Exit 1 naming the install command when an extra ``serve`` needs is missing."""
     from ..errors import MissingExtra
 
-    for module in ("uvicorn", "starlette", "mcp", "prometheus_client", "jsonschema"):
+    for module in ("uvicorn", "starlette", "mcp", "prometheus_client", "jsonschema", "jinja2"):
         try:
             __import__(module)
         except ImportError:
@@ -93,6 +94,7 @@ def open_service(  # noqa: PLR0913  (keyword-only: the parts a service is built 
     try:
         cfg = main.config()
         tokens = Tokens.from_config(cfg)
+        sessions = Sessions.from_config(cfg, tokens)  # the console's key, read now
         registry = main.registry()
         registry.load_all()  # every provider built now: a config mistake stops us at start
         box.prepare()
@@ -112,6 +114,7 @@ def open_service(  # noqa: PLR0913  (keyword-only: the parts a service is built 
         log=log or json_lines(),
         debug=debug,
         ledger_location=location,
+        sessions=sessions,
     )
     service.closing.append(main.close)
     if reconcile:
@@ -132,6 +135,19 @@ def open_service(  # noqa: PLR0913  (keyword-only: the parts a service is built 
             concurrency=main.query_concurrency(),
         )
     return service
+
+
+class Peer:
+    """Keeps the address the socket saw as ``scope["settled.peer"]`` before the proxy
+    headers replace ``client`` with the address a proxy reports."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket") and scope.get("client"):
+            scope["settled.peer"] = scope["client"][0]
+        await self.app(scope, receive, send)
 
 
 class _JsonLogging(logging.Handler):
@@ -164,9 +180,16 @@ def serve(
 
     host, port = sock.getsockname()[:2]
     url = f"http://{shown(host, port)}"
+    from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+    # X-Forwarded-Proto/For are honoured from loopback and from the console's trusted
+    # proxies; the peer the socket saw is kept for the console (``Peer``), which trusts
+    # a proxy's user header only from those addresses, never from what a header says.
+    trusted = list(dict.fromkeys([*TRUSTED_PROXIES, *service.config.serve.ui.trusted_proxies]))
+    app = Peer(ProxyHeadersMiddleware(app, trusted_hosts=trusted))
     config = uvicorn.Config(
         app, log_config=None, access_log=False, log_level="warning", lifespan="on",
-        proxy_headers=True, forwarded_allow_ips=TRUSTED_PROXIES,
+        proxy_headers=False,
         timeout_graceful_shutdown=int(GRACE), timeout_keep_alive=KEEP_ALIVE, server_header=False,
     )  # fmt: skip
     handler = _JsonLogging(service)
@@ -194,7 +217,7 @@ def serve(
 
     def listening() -> None:
         service.emit(
-            "listening", url=url, api=f"{url}/api/v1", mcp=f"{url}/mcp",
+            "listening", url=url, api=f"{url}/api/v1", ui=f"{url}/ui/", mcp=f"{url}/mcp",
             ledger=service.ledger_location, tokens=len(service.tokens),
             remote=not is_loopback(host), reconcile=service.sweeper is not None,
             hosts=service.guard.allowed_hosts(), max_body=service.max_body, pid=os.getpid(),
@@ -239,4 +262,13 @@ def serve(
     return 1 if service.sweeper is not None and service.sweeper.exit_code else 0
 
 
-__all__ = ["GRACE", "INSTALL", "TRUSTED_PROXIES", "bind", "open_service", "require", "serve"]
+__all__ = [
+    "GRACE",
+    "INSTALL",
+    "TRUSTED_PROXIES",
+    "Peer",
+    "bind",
+    "open_service",
+    "require",
+    "serve",
+]

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ..daemon import Sweeper
     from ..daemon.metrics import Metrics
     from ..session import Session
+    from .sessions import Sessions
 
 T = TypeVar("T")
 POOL = 8  # ledger sessions: API calls (and MCP tool calls) that run side by side
@@ -55,6 +56,7 @@ class Service:
     stopping: bool = False
     ledger_location: str = ""  # fit to show: a URL's password is masked
     closing: list[Callable[[], None]] = field(default_factory=list)
+    sessions: Sessions | None = None  # the console's signed sessions (settled.serve.sessions)
     _limiter: Any = None
 
     def close(self) -> None:
