@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 from hookkit import STD_SECRET, body, sent, snapshot, std_headers
-from serving import Running, process
-from support import sim_conf, write_config
+from serving import Running, auth, env_name, process
+from support import run_cli, sim_conf, write_config
 
 from settled.model import Status
 from settled.providers.sim_server import SimServer
@@ -57,7 +57,9 @@ def transitions(url: str) -> dict[tuple[str, str, str], float]:
 
 @pytest.fixture
 def service(tmp_path: Path, sim: SimServer) -> Iterator[Running]:
-    write_config(tmp_path / "settled.toml", {"sim": {**sim_conf(sim), "callbacks": TABLE}})
+    reader = {"secret": f"${{{env_name('reader')}}}", "roles": ["read"]}
+    write_config(tmp_path / "settled.toml", {"sim": {**sim_conf(sim), "callbacks": TABLE}},
+                 **{"serve.tokens.reader": reader})  # fmt: skip
     with process(env=ENV) as svc:
         yield svc
 
@@ -124,8 +126,18 @@ def test_refused_callbacks_change_nothing_and_are_counted_and_logged(
         assert callback_counts(service.url)[("sim", "duplicate")] == 1
         moved = transitions(service.url)
         assert moved[("AWAITING_VERIFICATION", "CONFIRMED", "callback")] == 1
+        # "confirmed by callback" wherever a record is read: the API, show, the audit
+        shown = c.get(f"{service.url}/api/v1/actions/a-1", headers=auth("reader")).json()
+        assert shown["status"] == "CONFIRMED" and shown["confirmed_by"] == "callback:sim"
+        assert [e["kind"] for e in shown["events"]][-1] == "callback"
     rec = ledger.get("a-1")
     assert rec.status is Status.CONFIRMED and rec.confirmed_by == "callback:sim"
+    assert json.loads(run_cli("show", "a-1", "--json").stdout)["confirmed_by"] == "callback:sim"
+    report = json.loads(run_cli("providers", "audit", "--json").stdout)
+    ops = {o["operation"]: o for o in report["operations"] if o["provider"] == "sim"}
+    assert ops["send"]["figures"]["confirmed_by_callback"] == 1
+    assert report["callbacks"]["sim"]["matched"] == 1
+    assert "confirmed by callback 1" in run_cli("providers", "audit").stdout
 
     assert service.stop() == 0
     lines = [e for e in service.rest() if e.get("event") == "request"]
