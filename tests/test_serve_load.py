@@ -1,7 +1,8 @@
 """`settled serve` under load on loopback: about 200 requests in flight at once, API
 calls and signed provider callbacks mixed, for a bounded time: a few seconds in the
 normal suite (``SETTLED_SERVE_LOAD_SECONDS``, default 3), 20 with ``SETTLED_SOAK=1``;
-both times SETTLED_TEST_BUDGET, and at most ``MAX_DISPATCHES`` dispatches.
+both times SETTLED_TEST_BUDGET; at least ``MIN_ROUNDS`` requests per worker, at
+most ``MAX_DISPATCHES`` dispatches.
 
 Each worker, in turn: dispatches a booking (full tier: CONFIRMED by its reply);
 dispatches a delivery (partial tier: only a callback settles it) and then posts the
@@ -34,6 +35,7 @@ from settled.providers.sim_server import SimServer
 
 IN_FLIGHT = 200
 MAX_DISPATCHES = 20_000
+MIN_ROUNDS = 2  # per worker, whatever the time: 400 requests, 250 of them dispatches
 CALLBACKS = {"scheme": "standard-webhooks", "secret": "${LOAD_HOOK_SECRET}",
              "names": "provider_object_id", "key": "/data/id", "status": "/data/status",
              "applied": ["delivered"], "not_applied": ["bounced"]}  # fmt: skip
@@ -107,7 +109,11 @@ def test_two_hundred_calls_and_callbacks_at_once_lose_nothing(service: Any, sim:
                 return rec
 
             async def worker(w: int) -> None:
-                while time.monotonic() < stop and len(sent) < MAX_DISPATCHES:
+                # at least MIN_ROUNDS each, however slow the machine: every kind is seen
+                for rounds in range(10**9):
+                    if rounds >= MIN_ROUNDS and (time.monotonic() >= stop
+                                                 or len(sent) >= MAX_DISPATCHES):  # fmt: skip
+                        break
                     n = next(counter)
                     kind = n % 8
                     if kind in (0, 4):
