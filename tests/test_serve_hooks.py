@@ -110,12 +110,16 @@ def test_refused_callbacks_change_nothing_and_are_counted_and_logged(
         assert r.status_code == 404, r.text
         r = c.get(url)
         assert r.status_code == 405 and r.headers["allow"] == "POST"
+        r = c.get(f"{service.url}/hooks/{MARK}")  # the sender's path text is no label
+        assert r.status_code == 405
         assert snapshot(ledger, "a-1") == before  # none of them changed the ledger
 
         counts = callback_counts(service.url)
+        assert MARK not in c.get(f"{service.url}/metrics").text
         assert counts == {("sim", "bad_signature"): 3, ("sim", "stale"): 2,
                           ("sim", "malformed"): 1, ("sim", "too_large"): 2,
-                          ("-", "unknown_provider"): 1, ("sim", "method"): 1}  # fmt: skip
+                          ("-", "unknown_provider"): 1, ("sim", "method"): 1,
+                          ("-", "method"): 1}  # fmt: skip
 
         # the same body, signed and fresh, is evidence: it moves the record and counts
         r = c.post(url, content=good, headers=std_headers(good, ts=now(), msg_id="msg_ok"))
@@ -147,7 +151,7 @@ def test_refused_callbacks_change_nothing_and_are_counted_and_logged(
         (401, "bad_signature", "sim"), (401, "bad_signature", "sim"),
         (401, "bad_signature", "sim"), (401, "stale", "sim"), (401, "stale", "sim"),
         (400, "malformed", "sim"), (413, "too_large", "sim"), (413, "too_large", "sim"),
-        (404, "unknown_provider", "-"), (405, "method", "sim"),
+        (404, "unknown_provider", "-"), (405, "method", "sim"), (405, "method", "-"),
         (200, "matched", "sim"), (200, "duplicate", "sim"),
     ]  # fmt: skip
     logged = json.dumps(service.seen)

@@ -64,7 +64,7 @@ async def _answer(request: Any, service: Any) -> Any:
         )
 
     answer = await service.run(handle)
-    if answer.reason == "unknown_provider":
+    if provider not in service.config.callbacks:  # a 404, or a 405 that came first
         answer = replace(answer, provider=UNKNOWN)
     return answer
 
