@@ -86,7 +86,13 @@ def run(cfg: dict, only: set[str], batch: int) -> tuple[list[Row], str]:
             ("startup", lambda: startup.cold_start(tmp, cfg["startup"])),
             ("bulk", lambda: _bulk(tmp, cfg)),
             ("postgres", lambda: postgres.run(tmp, cfg, batch)),
-            ("serve", lambda: serve.api_dispatch(tmp, cfg["http"], cfg["repeats"])),
+            (
+                "serve",
+                lambda: (
+                    serve.api_dispatch(tmp, cfg["http"], cfg["repeats"])
+                    + serve.callbacks(tmp, cfg["http"], cfg["repeats"])
+                ),
+            ),
         ]
         for name, step in steps:
             if only and name not in only:

@@ -372,9 +372,6 @@ def audit(
 _NONE_KEPT = {"matched": 0, "pending": 0, "expired": 0, "oldest_pending": None}
 
 
-_NONE_KEPT = {"matched": 0, "pending": 0, "expired": 0, "oldest_pending": None}
-
-
 def _kept(
     figures: Mapping[str, CallbackFigures], callbacks: Mapping[str, CallbackConfig]
 ) -> dict[str, dict[str, Any]]:

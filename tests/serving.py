@@ -166,9 +166,12 @@ def _pump(stream: Any, into: queue.Queue[str]) -> None:
 
 
 @contextmanager
-def process(*args: str, env: dict[str, str] | None = None) -> Iterator[Running]:
-    """`settled serve --listen 127.0.0.1:0 ARGS` as a real process, once it listens."""
-    proc = popen_cli("serve", "--listen", "127.0.0.1:0", *args, env={**token_env(), **(env or {})})
+def process(
+    *args: str, env: dict[str, str] | None = None, listen: str = "127.0.0.1:0"
+) -> Iterator[Running]:
+    """`settled serve --listen LISTEN ARGS` as a real process, once it listens (a free
+    port unless ``listen`` names one: a Twilio hook's URL is signed, so it is known first)."""
+    proc = popen_cli("serve", "--listen", listen, *args, env={**token_env(), **(env or {})})
     lines: queue.Queue[str] = queue.Queue()
     assert proc.stderr is not None
     reader = threading.Thread(target=_pump, args=(proc.stderr, lines), daemon=True)

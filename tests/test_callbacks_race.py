@@ -1,25 +1,25 @@
 """The race rule 16 is about, with real processes: a provider calls back before its
 reply reaches settled (the record is IN_FLIGHT, its object id unknown). The callback is
-delivered over real HTTP, by the sim, to a hook server process that calls the core;
-the dispatcher is a real ``settled`` process, paused at ``after_reply``, killed there,
-or left to race. Each record ends as the sim's ground truth says, with one effect."""
+delivered over real HTTP, signed, by the sim, to a real ``settled serve`` process at
+``POST /hooks/sim``; the dispatcher is a real ``settled`` process, paused at
+``after_reply``, killed there, or left to race. Each record ends as the sim's ground
+truth says, with one effect, and the service logged each callback it answered."""
 
 from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support import ROOT, popen_cli, sim_conf, write_config
+from invariants import budget
+from serving import Running, process
+from support import popen_cli, sim_conf, write_config
 
 from settled import config
 from settled.ledger import Ledger
@@ -30,6 +30,7 @@ from settled.reconcile import Reconciler
 
 SECRET = "whsec_" + "c2V0dGxlZC1zaW0tY2FsbGJhY2stc2VjcmV0"  # base64 of a test secret
 WAIT = 60.0  # s: a generous bound for a loaded machine
+RACES = 4  # rounds of (after, before, both), times SETTLED_TEST_BUDGET
 
 STD = {"scheme": "standard-webhooks", "secret": "${SIM_HOOK_SECRET}",
        "names": "provider_object_id", "key": "/data/id", "status": "/data/status",
@@ -40,17 +41,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def readline(proc: subprocess.Popen[str], within: float = WAIT) -> str:
-    deadline = time.monotonic() + within
-    assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
-        if ready:
-            return proc.stdout.readline().strip()
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-    raise AssertionError("no line from the hook server")
 
 
 def stopped(pid: int) -> bool:
@@ -74,27 +64,28 @@ def env() -> dict[str, str]:
 
 
 def start(tmp_path: Path, sim: SimServer, table: dict[str, Any], env: dict[str, str],
-          *, when: str) -> Iterator[str]:  # fmt: skip
-    port = free_port()
+          *, when: str) -> Iterator[Running]:  # fmt: skip
+    """``settled serve`` receiving the sim's callbacks at ``/hooks/sim``, signed with the
+    secret the config names; the sim set to call back there."""
+    port = free_port()  # the twilio scheme signs the hook's URL: it is known before start
     hook = f"http://127.0.0.1:{port}/hooks/sim"
     table = {**table, **({"url": hook} if table["scheme"] == "twilio" else {})}
     write_config(tmp_path / "settled.toml", {"sim": {**sim_conf(sim), "callbacks": table}},
                  dispatch={"lease_grace": 0.3})  # fmt: skip
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "hook_server.py"), "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env},
-    )  # fmt: skip
-    try:
-        assert readline(proc).startswith("http://127.0.0.1:")
+    with process(env=env, listen=f"127.0.0.1:{port}") as svc:
+        assert svc.url == f"http://127.0.0.1:{port}"
         sim.callbacks = CallbackPlan(hook, table["scheme"], env["SIM_HOOK_SECRET"], when)
-        yield hook
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=WAIT)
+        yield svc
+        assert svc.stop() == 0
+        logged = [e for e in svc.rest() if e.get("route") == "/hooks/{provider}"]
+        # every callback the sim posted was answered by the service and logged, body-less
+        assert len(logged) == len(sim.truth()["callbacks"]) >= 1
+        assert all(e["status"] == 200 and e["callback"]["provider"] == "sim" for e in logged)
+        assert not any(SECRET in json.dumps(e) for e in svc.seen)
 
 
 @pytest.fixture
-def std_hooks(tmp_path: Path, sim: SimServer, env: dict[str, str]) -> Iterator[str]:
+def std_hooks(tmp_path: Path, sim: SimServer, env: dict[str, str]) -> Iterator[Running]:
     yield from start(tmp_path, sim, STD, env, when="before")
 
 
@@ -108,7 +99,7 @@ def settled_as_truth(ledger: Ledger, sim: SimServer, aid: str) -> None:
 
 
 def test_a_callback_kept_while_the_dispatcher_is_paused_after_the_reply(
-    std_hooks: str, sim: SimServer, db_path: Any
+    std_hooks: Running, sim: SimServer, db_path: Any
 ) -> None:
     """Partial tier: only the provider's report can settle it without a person. The sim
     calls back before replying; the dispatcher is stopped right after the reply, so the
@@ -139,10 +130,10 @@ def test_a_callback_kept_while_the_dispatcher_is_paused_after_the_reply(
             assert led.callback_figures()["sim"].pending == 0
 
 
-def test_callbacks_racing_the_outcome(std_hooks: str, sim: SimServer, db_path: Any) -> None:
+def test_callbacks_racing_the_outcome(std_hooks: Running, sim: SimServer, db_path: Any) -> None:
     """No pause: the callback comes before, after, or both sides of the reply, and the
     dispatcher writes its outcome whenever it gets there. Every run ends the same."""
-    order = ["after", "before", "both"] * 3
+    order = ["after", "before", "both"] * max(1, round(RACES * budget()))
     for n, when in enumerate(order):
         aid = f"race-{n}"
         sim.plan_callback(aid, when)
@@ -160,7 +151,7 @@ def test_callbacks_racing_the_outcome(std_hooks: str, sim: SimServer, db_path: A
 
 
 @pytest.fixture
-def twilio_hooks(tmp_path: Path, sim: SimServer, env: dict[str, str]) -> Iterator[str]:
+def twilio_hooks(tmp_path: Path, sim: SimServer, env: dict[str, str]) -> Iterator[Running]:
     # named by settled's key, which the request carried: a lost reply loses no callback
     table = {"scheme": "twilio", "secret": "${SIM_HOOK_SECRET}", "names": "reconciliation_key",
              "key": "Key", "status": "MessageStatus", "applied": ["delivered"],
@@ -170,7 +161,7 @@ def twilio_hooks(tmp_path: Path, sim: SimServer, env: dict[str, str]) -> Iterato
 
 
 def test_a_dispatcher_killed_after_the_reply_is_settled_by_its_callback(
-    twilio_hooks: str, sim: SimServer, db_path: Any, tmp_path: Path
+    twilio_hooks: Running, sim: SimServer, db_path: Any, tmp_path: Path
 ) -> None:
     """Killed after the reply: no outcome, no object id. The callback (Twilio style,
     naming the reconciliation key) was kept, bound to the record in flight; when the lease lapses, a pass turns the

@@ -57,13 +57,15 @@ Headers = Mapping[str, str] | Iterable[tuple[str | bytes, str | bytes]]
 @dataclass(frozen=True)
 class Answer:
     """What to answer: the HTTP ``status``, a small JSON ``body``, the ``reason`` code
-    (for a metric label and a log line) and, per reason, how many events had it."""
+    (for a metric label and a log line), per reason how many events had it, and the
+    status moves the events made (``(from_status, to_status)``, one per moved record)."""
 
     status: int
     body: dict[str, Any]
     reason: str
     provider: str
     counts: dict[str, int] = field(default_factory=dict)
+    moves: tuple[tuple[str, str], ...] = ()
 
     def content(self) -> bytes:
         """The body as ``application/json`` bytes."""
@@ -141,19 +143,23 @@ class Hooks:
         except Malformed as exc:
             return Answer(400, {"error": f"malformed: {exc}"}, "malformed", provider)
         counts: Counter[str] = Counter()
+        moves: list[tuple[str, str]] = []
         try:
             for item in items:
                 if item.callback is None:
                     counts[item.reason] += 1
                     continue
                 with self._lock:
-                    taken, _ = self.ledger.take_callback(item.callback, policy.callback, now=now)
+                    taken, move = self.ledger.take_callback(item.callback, policy.callback, now=now)
                 counts[str(taken)] += 1
+                if move is not None and move.frm is not move.to:
+                    moves.append((move.frm.value, move.to.value))
         except LedgerError:
             return Answer(503, {"error": "the ledger is unavailable; deliver again later"},
-                          "unavailable", provider, dict(counts))  # fmt: skip
+                          "unavailable", provider, dict(counts), tuple(moves))  # fmt: skip
         reason = next(iter(counts)) if len(items) == 1 else "batch"
-        return Answer(200, {"received": len(items), **counts}, reason, provider, dict(counts))
+        return Answer(200, {"received": len(items), **counts}, reason, provider, dict(counts),
+                      tuple(moves))  # fmt: skip
 
 
 def _headers(headers: Headers) -> dict[str, str]:

@@ -1,7 +1,8 @@
 """``settled daemon --metrics HOST:PORT``: Prometheus metrics and a health check.
 
 - ``/metrics``: ``settled_transitions_total{from_status,to_status,kind}`` (``kind="callback"``:
-  a move a provider's callback made, when a pass matched a kept one),
+  a move a provider's callback made, when a pass matched a kept one or, in ``settled
+  serve``, when the callback itself moved the record),
   ``settled_callbacks_total{provider,reason}`` (for a process that receives callbacks),
   ``settled_queue_depth{status,provider}`` (open records, as of the last pass; 0 for
   every open status of every configured provider and of every provider with records),
@@ -114,12 +115,19 @@ class Metrics:
         elif ch.seen:
             self.checks.labels(ch.seen).inc()
 
-    def callback(self, answer: Any) -> None:
+    def callback(self, answer: Any, provider: str | None = None) -> None:
         """One answered callback request (``settled.callbacks.Answer``): each event of a
-        batch by its own reason, a refused request by its reason."""
+        batch by its own reason, a refused request by its reason, under ``provider``
+        (default the answer's; a server passes a fixed label for a provider it does not
+        know, so that a sender's path text never becomes a series). Each status move
+        the callback made is a transition of kind ``callback``: "confirmed by callback"
+        is ``settled_transitions_total{kind="callback",to_status="CONFIRMED"}``."""
+        label = answer.provider if provider is None else provider
         counts = answer.counts or {answer.reason: 1}
         for reason, n in counts.items():
-            self.callbacks.labels(answer.provider, reason).inc(n)
+            self.callbacks.labels(label, reason).inc(n)
+        for frm, to in getattr(answer, "moves", ()):
+            self.transitions.labels(frm, to, "callback").inc()
 
     def check(self, ch: Any, failed: bool) -> None:
         """A check that moved nothing: what it saw, or ``error`` when it could not see

@@ -4,27 +4,59 @@ A shell, like every route: it reads the raw body under the service's cap (413), 
 it with the headers and the query string to the callback core
 (``settled.callbacks.Hooks.handle``: verified over the raw bytes before anything is
 read, recorded once per event id, applied only through the declared values), in a
-pooled session of its own, and answers what the core says. It counts each answer in
-``settled_callbacks_total`` and logs its reason, never the body, the headers or the
-query string (the ``token`` scheme may carry its secret there).
+pooled session of its own, and answers what the core says.
+
+Every answer, a refusal included, is counted in
+``settled_callbacks_total{provider,reason}`` and named in the request's log line
+(``callback: {reason, provider}``), never with the body, the headers or the query
+string (the ``token`` scheme may carry its secret there). A provider that has no
+callbacks is counted under ``provider="-"``: the path segment is the sender's text,
+and a series per guess would grow without bound. The order of the checks is the
+core's: method (405), provider (404), size (413), signature (401), body (400); an
+unknown provider's body is never read.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+from .problems import Problem
 from .service import service_of
+
+UNKNOWN = "-"  # the metric label of a provider with no callbacks
 
 
 async def hook(request: Any) -> Any:
     from starlette.responses import Response
 
     service = service_of(request)
+    answer = await _answer(request, service)
+    service.metrics.callback(answer)
+    request.state.callback = {"reason": answer.reason, "provider": answer.provider,
+                              **({"events": answer.counts} if answer.reason == "batch" else {})}  # fmt: skip
+    extra = {"Allow": "POST"} if answer.status == 405 else None
+    return Response(answer.content(), status_code=answer.status, media_type="application/json",
+                    headers=extra)  # fmt: skip
+
+
+async def _answer(request: Any, service: Any) -> Any:
+    """The core's ``Answer`` for this request (a 413 for a body over the cap)."""
+    from ..callbacks.hooks import Answer
+
     provider = request.path_params["provider"]
-    body = await service.body(request)
+    method = request.method
+    body = b""
+    if provider in service.config.callbacks and method == "POST":
+        try:
+            body = await service.body(request)
+        except Problem as too_big:  # over [serve] max_body, announced or not
+            if too_big.status != 413:
+                raise
+            return Answer(413, {"error": "body too large", "max_body": service.max_body},
+                          "too_large", provider)  # fmt: skip
     headers = list(request.headers.items())
     query = request.scope.get("query_string", b"").decode("latin-1")
-    method = request.method
 
     def handle(session: Any) -> Any:
         return session.hooks(max_body=service.max_body).handle(
@@ -32,18 +64,18 @@ async def hook(request: Any) -> Any:
         )
 
     answer = await service.run(handle)
-    service.metrics.callback(answer)
-    # The log names the reason, and the provider only when it is one of ours: the path
-    # segment of an unknown one is the sender's text.
-    known = answer.reason != "unknown_provider"
-    request.state.callback = {"reason": answer.reason, **({"provider": provider} if known else {})}
-    return Response(answer.content(), status_code=answer.status, media_type="application/json")
+    if provider not in service.config.callbacks:  # a 404, or a 405 that came first
+        answer = replace(answer, provider=UNKNOWN)
+    return answer
 
 
 def routes() -> list[Any]:
     from starlette.routing import Route
 
-    return [Route("/hooks/{provider}", hook, methods=["POST"])]
+    # every method reaches the core, so that a GET is answered (405) and counted too
+    return [Route("/hooks/{provider}", hook, methods=list(METHODS))]
 
 
-__all__ = ["hook", "routes"]
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+__all__ = ["UNKNOWN", "hook", "routes"]
