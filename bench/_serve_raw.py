@@ -123,7 +123,9 @@ def main() -> None:
 
     app = Starlette(routes=[Route("/dispatch", dispatch, methods=["POST"]),
                             Route("/hooks/sim", callback, methods=["POST"])])  # fmt: skip
-    sock = socket.socket()
+    sock = socket.socket(
+        socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
+    )  # TCP_NODELAY, as serve
     sock.bind(("127.0.0.1", 0))
     print(f"http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
