@@ -8,6 +8,7 @@
     │   ├── LedgerBusy               the write lock stayed taken too long
     │   ├── LedgerFull               the disk (or the database's quota) is full
     │   ├── LedgerReadOnly           the ledger cannot be written (read-only file or mount)
+    │   ├── LedgerMoved              migrate-ledger moved it: writes refused, names the new one
     │   └── OutcomeNotRecorded       a request WAS sent, but its outcome could not be written
     ├── UnknownProvider              provider or operation not registered
     ├── NotFound                     no action with that id
@@ -57,6 +58,10 @@ class LedgerError(SettledError):
 
 class LedgerBusy(LedgerError):
     pass
+
+
+class LedgerMoved(LedgerError):
+    """The ledger was moved by ``migrate-ledger``: nothing may be written to it."""
 
 
 class LedgerFull(LedgerError):

@@ -113,6 +113,7 @@ from . import (  # noqa: E402  (commands register on `app`)
     serve_cmd,
     settle,
     stats_cmd,
+    verify_cmd,
 )
 
 actions.register(app)
@@ -125,4 +126,5 @@ providers_cmd.register(app)
 demo.register(app)
 mcp_cmd.register(app)
 migrate_cmd.register(app)
+verify_cmd.register(app)
 serve_cmd.register(app)

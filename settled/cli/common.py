@@ -83,6 +83,11 @@ class State(Session):
         super().__init__()
         self.extra: dict[str, Any] = {}
 
+    def moved_notice(self, line: str) -> None:
+        from .render import term
+
+        print(f"settled: {term(line, limit=2000)}", file=sys.stderr)
+
 
 STATE = State()
 
