@@ -43,9 +43,10 @@ def register(app: typer.Typer) -> None:
           settled migrate-ledger postgresql:///settled ./back.db --json
         """
         from ..ledger import Ledger
-        from ..storage.transfer import WAIT_FOR_LEASES, copy_ledger
+        from ..storage.transfer import WAIT_FOR_LEASES, copy_ledger, refuse_moved
 
         with Ledger.open(source, create=False) as src:
+            refuse_moved(src)  # before TO is made
             with Ledger.open(target) as dst:
                 report = copy_ledger(
                     src, dst, wait_for_leases=WAIT_FOR_LEASES if wait_for_leases else 0.0

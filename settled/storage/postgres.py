@@ -635,7 +635,7 @@ class PostgresLedger(Ledger):
             cur.execute("SELECT to_regclass('ledger_moved') IS NOT NULL")
             if not cur.fetchone()[0]:  # type: ignore[index]
                 return None  # a ledger of an older schema, read as it is
-            cur.execute("SELECT moved_to, moved_at FROM ledger_moved")
+            cur.execute("SELECT moved_to, moved_at FROM settled_moved()")
             row = cur.fetchone()
             return (str(row[0]), str(row[1])) if row else None
 

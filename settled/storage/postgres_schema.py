@@ -270,14 +270,23 @@ _M005 = [
     "CREATE TABLE ledger_moved (only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),"
     " moved_to text NOT NULL, moved_at timestamptz NOT NULL)",
     """
+    CREATE FUNCTION settled_moved(OUT moved_to text, OUT moved_at text)
+    RETURNS SETOF record LANGUAGE sql STABLE SECURITY DEFINER SET search_path FROM CURRENT
+    AS $$
+        SELECT moved_to, to_char(moved_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+        FROM ledger_moved
+    $$
+    """,
+    # The marker is read through ``settled_moved()`` (the owner's function), so the
+    # application role needs no grant on it (docs/postgres.md).
+    """
     CREATE FUNCTION settled_not_moved() RETURNS trigger LANGUAGE plpgsql AS $$
     DECLARE
         m record;
     BEGIN
-        SELECT moved_to, moved_at INTO m FROM ledger_moved;
+        SELECT * INTO m FROM settled_moved();
         IF FOUND THEN
-            RAISE EXCEPTION 'settled: this ledger moved to % at %', m.moved_to,
-                to_char(m.moved_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"');
+            RAISE EXCEPTION 'settled: this ledger moved to % at %', m.moved_to, m.moved_at;
         END IF;
         RETURN NULL;
     END

@@ -31,7 +31,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from ..clock import to_text
-from ..errors import Conflict, LedgerError
+from ..errors import Conflict, LedgerError, LedgerMoved
 from . import truth
 from .base import History, Ledger
 
@@ -156,12 +156,7 @@ def copy_ledger(
             f"{target.location} is not empty; migrate-ledger copies only into an empty "
             "ledger, so that no history is mixed or lost"
         )
-    moved = source.moved()
-    if moved is not None:
-        raise LedgerError(
-            f"ledger {source.location} was already moved to {moved[0]} at {moved[1]}; "
-            "copy that ledger instead"
-        )
+    refuse_moved(source)
     _wait_for_leases(source, wait_for_leases)
     to = address(target)
     clock = source.clock(anchor=False)
@@ -199,6 +194,16 @@ def copy_ledger(
     return CopyReport(source.location, target.location, copied, landed[0], to, now)
 
 
+def refuse_moved(source: Ledger) -> None:
+    """A ledger that was moved is not copied again: its copy is the ledger now."""
+    moved = source.moved()
+    if moved is not None:
+        raise LedgerMoved(
+            f"ledger {source.location} was already moved to {moved[0]} at {moved[1]}; "
+            "copy that ledger instead"
+        )
+
+
 def _live(source: Ledger) -> int:
     with source.still() as view:
         return view.live_leases(to_text(source.clock(anchor=False).now()))
@@ -227,4 +232,13 @@ def _leases_live(source: Ledger, live: int, *, waited: float) -> LeasesLive:
     )
 
 
-__all__ = ["CopyReport", "LeasesLive", "Tally", "address", "copy_ledger", "pages", "tally"]
+__all__ = [
+    "CopyReport",
+    "LeasesLive",
+    "Tally",
+    "address",
+    "copy_ledger",
+    "pages",
+    "refuse_moved",
+    "tally",
+]
