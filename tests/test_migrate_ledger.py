@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import rawdb
 from records import new_record
-from support import run_cli
+from support import popen_cli, run_cli
 
 from settled.errors import LedgerError
 from settled.ledger import Ledger
@@ -356,3 +356,29 @@ def test_the_copy_lands_whole_or_not_at_all(tmp_path: Path, db_path: str) -> Non
             with pytest.raises(LedgerError, match="went away"):
                 dst.restore(broken())
             assert dst.count() == 0 and tally(dst).events == 0
+
+
+def test_a_daemon_on_the_moved_ledger_stops_with_one_line(
+    tmp_path: Path, db_path: str, sim_config: Path, sim: SimServer
+) -> None:
+    source = tmp_path / "source.db"
+    done = run_cli("--db", str(source), "dispatch", "sim", "send", "--action-id", "s-1")
+    assert done.returncode == 3, done.stderr
+    proc = popen_cli("--db", str(source), "daemon", "--interval", "0.2")
+    try:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()  # the started line: it runs on the source
+        assert json.loads(first)["event"] == "started", first
+        moved = run_cli("migrate-ledger", str(source), db_path, "--wait-for-leases")
+        assert moved.returncode == 0, moved.stderr
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, err
+    said = [json.loads(line) for line in err.splitlines() if line.strip()]
+    gone = [e for e in said if e["event"] == "ledger_moved"]
+    assert len(gone) == 1 and "use --db" in gone[0]["message"], said
+    assert said[-1]["event"] == "stopped"
+    assert _history(db_path) == _history(source)

@@ -33,9 +33,10 @@ from typing import Any
 
 from ..clock import Clock, steady, to_text
 from ..crashpoints import Probe, no_probe
-from ..errors import SettledError
+from ..errors import LedgerMoved, SettledError
 from ..ledger import Ledger
 from ..reconcile import DEFAULT_BATCH, DEFAULT_LEASE, Change, Reconciler
+from ..storage.base import moved_message
 from .log import Log, check_failed, failed, json_lines, one_line, pass_line, transition
 from .notify import Notifier
 
@@ -86,6 +87,7 @@ class Sweeper:
     _progress_at: float = field(default_factory=time.monotonic)
     _overrun_logged: bool = False
     _depth: dict[str, int] = field(default_factory=dict)
+    moved: str | None = None  # why it stopped: its ledger was moved (migrate-ledger)
 
     def __post_init__(self) -> None:
         if self.clock is None:
@@ -153,6 +155,13 @@ class Sweeper:
         if self._stop.is_set():
             return
         self.passes += 1
+        try:
+            where = self.ledger.moved()
+        except SettledError:
+            where = None  # the pass below meets the same error and logs it
+        if where is not None:
+            self._ledger_moved(moved_message(self.ledger.location, *where))
+            return
         self._in_pass = True
         self._progress_at = started = time.monotonic()
         reconciler = Reconciler(
@@ -173,6 +182,9 @@ class Sweeper:
             report = reconciler.run_due()
             depth = self.ledger.status_counts()
             failing = self.ledger.check_failures()
+        except LedgerMoved as exc:
+            self._ledger_moved(str(exc))
+            return
         except SettledError as exc:
             self._pass_failed(exc, started)
             return
@@ -193,6 +205,15 @@ class Sweeper:
             self.metrics.pass_ended(True, time.monotonic() - started, time.time())
         if report.examined or report.stopped:
             self.log(pass_line(report, self.name))
+
+    def _ledger_moved(self, line: str) -> None:
+        """The ledger was moved (rule 17): nothing more can be written to it, so the
+        daemon says so once and stops; ``serve`` then exits 1."""
+        self.failed_passes += 1
+        self.last_pass_ok, self.last_pass_at = False, self.now_text
+        self.moved = line
+        self.emit("ledger_moved", level="error", error="LedgerMoved", message=line)
+        self.request_stop("the ledger was moved")
 
     def _pass_failed(self, exc: BaseException, started: float) -> None:
         self.failed_passes += 1
@@ -302,7 +323,7 @@ class Sweeper:
             scheduler.shutdown(wait=True)  # the pass in hand sees the stop and returns
             aps_log.removeHandler(handler)
         self.emit("stopped", passes=self.passes)
-        return 0
+        return 1 if self.moved else 0
 
 
 class _StepWatch:
