@@ -382,3 +382,57 @@ def test_a_daemon_on_the_moved_ledger_stops_with_one_line(
     assert len(gone) == 1 and "use --db" in gone[0]["message"], said
     assert said[-1]["event"] == "stopped"
     assert _history(db_path) == _history(source)
+
+
+def test_a_postgres_source_is_locked_for_the_copy_and_its_waiting_writer_refused(
+    tmp_path: Path, db_path: str, sim_config: Path, sim: SimServer
+) -> None:
+    """The writer that comes while the tables are locked waits on the lock (seen in
+    pg_stat_activity), then meets the moved ledger: exit 1, one line, nothing sent."""
+    from copy import deepcopy
+
+    import pg_schemas as pg
+
+    from settled.storage.transfer import copy_ledger
+
+    done = run_cli("--db", db_path, "dispatch", "sim", "book", "--action-id", "before")
+    assert done.returncode == 0, done.stderr
+    app = db_path.split("application_name=")[1].split("&", maxsplit=1)[0]
+    writer: list[subprocess.Popen[str]] = []
+
+    def start_writer() -> None:
+        writer.append(popen_cli("--db", db_path, "dispatch", "sim", "book", "--action-id", "late"))
+        admin = pg.admin()
+
+        def waiting() -> bool:
+            rows = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+                " AND wait_event_type = 'Lock'", (app,),
+            ).fetchall()  # fmt: skip
+            return int(rows[0][0]) >= 1
+
+        _wait_for("the writer to wait on the lock", waiting, 30)
+
+    target = tmp_path / "copy.db"
+    before = deepcopy(_history(db_path))
+    with Ledger.open(db_path, create=False) as src, Ledger.open(target) as dst:
+        report = copy_ledger(src, dst, on_held=start_writer)
+    assert report.verified and report.copied.records == 1
+    _, err = writer[0].communicate(timeout=60)
+    assert writer[0].returncode == 1, err
+    assert err.strip().count("\n") == 0 and f"was moved to {target}" in err, err
+    assert _history(db_path) == before == _history(target)
+    assert sim.requests_for("late") == []
+
+
+def test_a_damaged_postgres_source_is_refused_by_name(tmp_path: Path, db_path: str) -> None:
+    with Ledger.open(db_path) as led:
+        led.record(new_record("a-1"), actor="t")
+    rawdb.execute(db_path, "UPDATE actions SET params = '{not json' WHERE action_id = 'a-1'")
+    target = tmp_path / "target.db"
+    done = run_cli("migrate-ledger", db_path, str(target))
+    assert done.returncode == 1, done.stderr
+    line = done.stderr.strip()
+    assert "\n" not in line and "is damaged" in line and "action_id 'a-1'" in line, line
+    assert not _ids(target)
+    assert rawdb.execute(db_path, "SELECT count(*) FROM ledger_moved") == [(0,)]
