@@ -117,7 +117,7 @@ def test_a_status_changed_behind_settleds_back_is_refused_by_the_database(db_pat
 @pytest.mark.parametrize(
     ("column", "value", "says"),
     [("acceptance", "REJECTED", "ACCEPTED"), ("confirmed_by", None, "who confirmed it"),
-     ("attempt", 2, "1"), ("delivery", "PENDING", None)],
+     ("attempt", 2, "1"), ("confirmed_by", "mallory", "provider"), ("delivery", "PENDING", None)],
 )  # fmt: skip
 def test_what_the_database_cannot_refuse_verify_finds(
     db_path: Any, column: str, value: Any, says: str | None

@@ -233,7 +233,31 @@ def replay(rec: ActionRecord, log: Sequence[Event]) -> list[Finding]:
     except ValueError:
         return out
     out += _axes(rec, reached, last)
+    if reached is Status.CONFIRMED and rec.confirmed_by:
+        out += _confirmed_by(rec, log)
     return out
+
+
+# Who a confirming event says confirmed the record: the provider's reply, a query, or
+# whoever wrote the event (a person's verdict, a provider's callback).
+_CONFIRMED_BY = {EventKind.OUTCOME: "provider", EventKind.LATE_OUTCOME: "provider",
+                 EventKind.RECONCILED: "reconciliation"}  # fmt: skip
+
+
+def _confirmed_by(rec: ActionRecord, log: Sequence[Event]) -> list[Finding]:
+    """``confirmed_by`` is what the event that moved the record to CONFIRMED says."""
+    moved = [e for e in log if e.to_status == "CONFIRMED" and e.from_status != "CONFIRMED"]
+    if not moved:
+        return []
+    ev = moved[-1]
+    try:
+        says = _CONFIRMED_BY.get(EventKind(ev.kind), ev.actor)
+    except ValueError:
+        says = ev.actor
+    if rec.confirmed_by == says:
+        return []
+    return [Finding(rec.action_id, "confirmed_by", rec.confirmed_by, says,
+                    f"event {ev.id} ({ev.kind}) confirmed it")]  # fmt: skip
 
 
 # What each status the log may reach allows on the other axes (None: any value).
