@@ -436,3 +436,35 @@ def test_a_damaged_postgres_source_is_refused_by_name(tmp_path: Path, db_path: s
     assert "\n" not in line and "is damaged" in line and "action_id 'a-1'" in line, line
     assert not _ids(target)
     assert rawdb.execute(db_path, "SELECT count(*) FROM ledger_moved") == [(0,)]
+
+
+def test_a_write_during_the_copy_waits_and_then_meets_the_moved_ledger(
+    tmp_path: Path, db_path: str
+) -> None:
+    from settled.errors import LedgerBusy, LedgerMoved
+    from settled.storage.transfer import copy_ledger
+
+    source = tmp_path / "source.db"
+    with Ledger.open(source) as led:
+        for n in range(30):
+            led.record(new_record(f"a-{n:02}"), actor="t")
+    refused: list[Exception] = []
+    with (
+        Ledger.open(source) as src,
+        Ledger.open(db_path) as dst,
+        Ledger.open(source, busy_timeout=0.2) as writer,
+    ):
+
+        def meanwhile(n: int) -> None:
+            if n == 5:
+                try:
+                    writer.record(new_record("zz-late"), actor="someone else")
+                except LedgerBusy as exc:  # the source is held still: it waited, in vain
+                    refused.append(exc)
+
+        report = copy_ledger(src, dst, on_record=meanwhile)
+        assert report.verified and report.copied.records == 30
+        with pytest.raises(LedgerMoved, match="was moved to"):
+            writer.record(new_record("zz-late"), actor="someone else")
+    assert len(refused) == 1 and "locked by another writer" in str(refused[0])
+    assert "zz-late" not in _ids(source) | _ids(db_path)

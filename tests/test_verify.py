@@ -159,7 +159,7 @@ def test_what_the_database_cannot_refuse_verify_finds(
     ]
     assert rawdb.dump(db_path) == before  # verify only reads
     with Ledger.open(db_path) as led:
-        assert led.integrity_check().startswith("1 disagreements")
+        assert led.integrity_check().startswith("1 disagreement between records and events; ")
 
 
 @pytest.mark.sqlite_only

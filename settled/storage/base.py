@@ -635,8 +635,8 @@ class Ledger(ABC):
         verdict = self.verify()
         if not verdict.findings:
             return "ok"
-        first = verdict.findings[0].line()
-        return f"{len(verdict.findings)} disagreements between records and events; {first}"
+        n, first = len(verdict.findings), verdict.findings[0].line()
+        return f"{n} disagreement{'s' if n != 1 else ''} between records and events; {first}"
 
 
 class Still(ABC):

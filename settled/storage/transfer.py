@@ -142,11 +142,13 @@ def copy_ledger(
     *,
     wait_for_leases: float = 0.0,
     on_held: Callable[[], None] | None = None,
+    on_record: Callable[[int], None] | None = None,
 ) -> CopyReport:
     """Copy the still ``source`` into the empty ``target``, verify it by reading both
     ledgers' rows, and mark ``source`` as moved. ``wait_for_leases``: how long to wait
     for live dispatch leases to end (0: refuse at once). ``on_held`` is called once
-    the source is held still (tests use it to start a writer that must wait).
+    the source is held still (tests use it to start a writer that must wait);
+    ``on_record`` with the number of records copied so far (progress).
 
     Raises ``LedgerError`` (nothing written anywhere) when the target is not empty,
     the source moved before, holds a damaged row or an event without its record, or
@@ -189,7 +191,13 @@ def copy_ledger(
                     f"({'; '.join(differs)}); nothing was written to either"
                 )
 
-        target.restore(truth.histories(view), callbacks=view.rows("callbacks"), check=check)
+        def feed() -> Iterator[History]:
+            for n, item in enumerate(truth.histories(view), start=1):
+                yield item
+                if on_record is not None:
+                    on_record(n)
+
+        target.restore(feed(), callbacks=view.rows("callbacks"), check=check)
         view.mark_moved(to, now)
     return CopyReport(source.location, target.location, copied, landed[0], to, now)
 
