@@ -84,6 +84,8 @@ class State(Session):
         self.extra: dict[str, Any] = {}
 
     def moved_notice(self, line: str) -> None:
+        if self.extra.get("completing"):
+            return
         from .render import term
 
         print(f"settled: {term(line, limit=2000)}", file=sys.stderr)
