@@ -9,6 +9,7 @@
     │   ├── LedgerFull               the disk (or the database's quota) is full
     │   ├── LedgerReadOnly           the ledger cannot be written (read-only file or mount)
     │   ├── LedgerOutdated           an older schema; `settled migrate` brings it up to date
+    │   ├── LedgerMoved              migrate-ledger moved it: writes refused, names the new one
     │   └── OutcomeNotRecorded       a request WAS sent, but its outcome could not be written
     ├── UnknownProvider              provider or operation not registered
     ├── NotFound                     no action with that id
@@ -58,6 +59,10 @@ class LedgerError(SettledError):
 
 class LedgerBusy(LedgerError):
     pass
+
+
+class LedgerMoved(LedgerError):
+    """The ledger was moved by ``migrate-ledger``: nothing may be written to it."""
 
 
 class LedgerFull(LedgerError):

@@ -76,7 +76,7 @@ class Session:
             path = self.ledger_location()
             if create and not self.db and not cfg.ledger_path and not cfg.ledger_url:
                 os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-            self._ledger = Ledger.open(
+            ledger = Ledger.open(
                 path,
                 busy_timeout=cfg.busy_timeout,
                 create=create,
@@ -84,7 +84,29 @@ class Session:
                 read_only=read_only,
                 probe=self.probe,
             )
+            self._ledger = self._not_moved(ledger, write=not read_only)
         return self._ledger
+
+    def _not_moved(self, ledger: Ledger, *, write: bool) -> Ledger:
+        """A ledger ``migrate-ledger`` moved is refused to a writer (one line naming the
+        new one); a reader may read it, told once that it moved (``moved_notice``)."""
+        moved = ledger.moved()
+        if moved is None:
+            return ledger
+        from .errors import LedgerMoved
+        from .storage.base import moved_message
+
+        if write:
+            ledger.close()
+            raise LedgerMoved(moved_message(ledger.location, *moved))
+        self.moved_notice(
+            f"ledger {ledger.location} was moved to {moved[0]} at {moved[1]} "
+            "(migrate-ledger); reading it as it was then"
+        )
+        return ledger
+
+    def moved_notice(self, line: str) -> None:
+        """Told when a reader opens a moved ledger; the CLI prints it on stderr."""
 
     def registry(self) -> Registry:
         if self._registry is None:

@@ -28,7 +28,7 @@ import pytest
 import rawdb
 from records import new_record
 from support import ROOT, popen_cli, run_cli
-from test_migrate_checks import before_the_step
+from test_migrate_checks import UNDO_PG, UNDO_SQLITE, before_the_step, the_step
 
 from settled import errors
 from settled.ledger import Ledger
@@ -85,17 +85,20 @@ def old_ledger(location: Any) -> None:
     with Ledger.open(location) as led:
         led.record(new_record("old", tier=Tier.RECONCILABLE), actor="t")
     before_the_step(location)
-    assert stored_version(location) == latest(location) - 1
+    assert stored_version(location) == old_version(location)
 
 
 def behind_by_an_index(location: Any) -> None:
-    """A ledger whose last step added only an index: every column settled reads is
-    there, the version is one behind."""
+    """A ledger one step behind whose missing step adds no column (the moved marker's
+    table and triggers): every column settled reads is there, the version is one behind."""
     number = latest(location)
     name = steps_of(location)[-1][0]
+    assert name.endswith("_moved"), "the latest step is expected to add no column"
     with Ledger.open(location) as led:
         led.record(new_record("old", tier=Tier.RECONCILABLE), actor="t")
-    rawdb.execute(location, "DROP INDEX actions_check_error")
+    undo = UNDO_PG if rawdb.is_pg(location) else UNDO_SQLITE
+    for statement in undo[: undo.index("DROP TABLE ledger_moved") + 1]:
+        rawdb.execute(location, statement)
     rawdb.execute(location, "DELETE FROM _migrations WHERE name = ?", (name,))
     if rawdb.is_pg(location):
         rawdb.execute(location, "UPDATE settled_ledger SET version = ?", (number - 1,))
@@ -103,9 +106,22 @@ def behind_by_an_index(location: Any) -> None:
         rawdb.execute(location, f"PRAGMA user_version = {number - 1}")
 
 
+def old_version(location: Any) -> int:
+    """The schema version of the ledger ``old_ledger`` makes: before the checks step."""
+    return the_step(location)[0] - 1
+
+
+def pending(location: Any) -> list[tuple[str, int, int]]:
+    """The steps such a ledger lacks: (name, from, to), oldest first."""
+    old, steps = old_version(location), steps_of(location)
+    return [(steps[i][0], i, i + 1) for i in range(old, len(steps))]
+
+
 def refusal(location: Any) -> str:
     n = latest(location)
-    return f"has ledger schema {n - 1}, this settled needs {n}: run `settled migrate`"
+    return (
+        f"has ledger schema {old_version(location)}, this settled needs {n}: run `settled migrate`"
+    )
 
 
 # -- commands that only read --------------------------------------------------------------
@@ -122,7 +138,7 @@ def test_a_read_only_command_refuses_an_old_ledger_and_leaves_it_as_it_was(
     assert out.stderr.count("\n") == 1 and refusal(location) in out.stderr, out.stderr
     assert "Traceback" not in out.stderr and out.stdout == ""
     assert snapshot(location) == before
-    assert stored_version(location) == latest(location) - 1
+    assert stored_version(location) == old_version(location)
 
 
 def test_a_read_only_command_reads_an_old_ledger_that_holds_every_column(
@@ -147,7 +163,7 @@ def test_the_library_still_migrates_by_default_and_refuses_when_asked(location: 
         Ledger.open(location, migrate=False)
     with pytest.raises(errors.LedgerOutdated, match="run `settled migrate`"):
         Ledger.open(location, read_only=True)
-    assert stored_version(location) == latest(location) - 1
+    assert stored_version(location) == old_version(location)
     with Ledger.open(location) as led:  # the default, as before: migrated as it opens
         assert led.schema == led.schema_version() == latest(location)
         assert led.get("old").counted_checks == 0
@@ -179,17 +195,20 @@ def test_a_writing_command_still_creates_a_missing_ledger_at_the_latest_schema(
 
 def test_migrate_dry_run_lists_the_steps_and_changes_nothing(location: Any) -> None:
     old_ledger(location)
-    n, name = latest(location), steps_of(location)[-1][0]
+    n, old, steps = latest(location), old_version(location), pending(location)
     before = snapshot(location)
     out = run_cli("migrate", "--dry-run")
     assert out.returncode == 0, out.stderr
-    assert re.search(rf"^  {name}  schema {n - 1} → {n}$", out.stdout, re.M), out.stdout
+    for name, a, b in steps:
+        assert re.search(rf"^  {name} +schema {a} → {b}$", out.stdout, re.M), out.stdout
     assert "dry run: nothing was changed" in out.stdout and "applied" not in out.stdout
     as_json = run_cli("migrate", "--dry-run", "--json")
     assert as_json.returncode == 0, as_json.stderr
     report = json.loads(as_json.stdout)
-    assert (report["from"], report["to"], report["dry_run"]) == (n - 1, n, True)
-    assert report["steps"] == [{"step": name, "from": n - 1, "to": n, "applied": False}]
+    assert (report["from"], report["to"], report["dry_run"]) == (old, n, True)
+    assert report["steps"] == [
+        {"step": name, "from": a, "to": b, "applied": False} for name, a, b in steps
+    ]
     assert snapshot(location) == before
 
 
@@ -197,11 +216,12 @@ def test_migrate_announces_each_step_and_then_says_the_ledger_is_up_to_date(
     location: Any,
 ) -> None:
     old_ledger(location)
-    n, name = latest(location), steps_of(location)[-1][0]
+    n, steps = latest(location), pending(location)
     out = run_cli("migrate")
     assert out.returncode == 0, out.stderr
-    assert f"applied {name}: schema {n - 1} → {n}\n" in out.stdout
-    assert out.stdout.index(f"  {name}  schema") < out.stdout.index(f"applied {name}")
+    for name, a, b in steps:
+        assert f"applied {name}: schema {a} → {b}\n" in out.stdout
+        assert out.stdout.index(f"  {name} ") < out.stdout.index(f"applied {steps[0][0]}")
     assert stored_version(location) == n
     shown = run_cli("show", "old", "--json")
     assert shown.returncode == 0 and json.loads(shown.stdout)["counted_checks"] == 0
@@ -214,12 +234,14 @@ def test_migrate_announces_each_step_and_then_says_the_ledger_is_up_to_date(
 
 def test_migrate_json_reports_the_steps_it_applied(location: Any) -> None:
     old_ledger(location)
-    n, name = latest(location), steps_of(location)[-1][0]
+    n, old, steps = latest(location), old_version(location), pending(location)
     out = run_cli("migrate", "--json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
-    assert report["steps"] == [{"step": name, "from": n - 1, "to": n, "applied": True}]
-    assert (report["from"], report["to"], report["backup"]) == (n - 1, n, None)
+    assert report["steps"] == [
+        {"step": name, "from": a, "to": b, "applied": True} for name, a, b in steps
+    ]
+    assert (report["from"], report["to"], report["backup"]) == (old, n, None)
     assert stored_version(location) == n
 
 
@@ -237,17 +259,18 @@ def test_migrate_backup_leaves_a_copy_that_opens_at_the_old_version(
     location: Path, tmp_path: Path
 ) -> None:
     old_ledger(location)
-    n = latest(location)
+    n, old = latest(location), old_version(location)
     copy = tmp_path / "before.db"
     out = run_cli("migrate", "--backup", str(copy))
     assert out.returncode == 0, out.stderr
-    assert f"backed up to {copy} (schema {n - 1})" in out.stdout
+    assert f"backed up to {copy} (schema {old})" in out.stdout
     assert out.stdout.index("backed up") < out.stdout.index("applied")
     assert stored_version(location) == n
-    assert stored_version(copy) == n - 1
+    assert stored_version(copy) == old
     assert stat.S_IMODE(copy.stat().st_mode) == 0o600  # it holds every action's params
     with Ledger.open_for_migration(copy) as led:
-        assert led.schema == n - 1 and [s for s, _ in led.pending_steps()] == [n]
+        assert led.schema == old
+        assert [s for s, _ in led.pending_steps()] == list(range(old + 1, n + 1))
     assert rawdb.execute(copy, "SELECT action_id FROM actions") == [("old",)]
     assert rawdb.execute(copy, "PRAGMA integrity_check") == [("ok",)]
 

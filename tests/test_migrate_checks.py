@@ -19,13 +19,42 @@ def the_step(location: Any) -> tuple[int, str]:
     steps = (postgres_schema if rawdb.is_pg(location) else sqlite_schema).MIGRATIONS
     number, name = next((n, name) for n, (name, _) in enumerate(steps, 1)
                         if name.endswith("_checks"))  # fmt: skip
-    assert number == len(steps), "the checks step is the latest: undo any later one here too"
+    assert [name for name, _ in steps[number:]] == list(
+        LATER[steps is postgres_schema.MIGRATIONS]
+    ), "undo every step after the checks step here too"
     return number, name
+
+
+# The steps after the checks step, and what undoes each (newest first).
+LATER = {
+    False: ("007_status_has_event", "008_moved"),
+    True: ("004_status_has_event", "005_moved"),
+}
+UNDO_SQLITE = [
+    *(f"DROP TRIGGER {t}_not_moved_{v}" for t, v in (
+        ("actions", "insert"), ("actions", "update"), ("events", "insert"),
+        ("callbacks", "insert"), ("callbacks", "update"))),
+    "DROP TABLE ledger_moved",
+    "DROP TRIGGER actions_status_has_event",
+]  # fmt: skip
+UNDO_PG = [
+    *(f"DROP TRIGGER {t}_not_moved ON {t}" for t in ("actions", "events", "callbacks")),
+    "DROP FUNCTION settled_not_moved()",
+    "DROP FUNCTION settled_moved()",
+    "DROP TABLE ledger_moved",
+    "DROP TRIGGER actions_status_has_event ON actions",
+    "DROP FUNCTION settled_status_has_event()",
+]
 
 
 def before_the_step(location: Any) -> None:
     """Make the ledger look as one written before the step did."""
     number, name = the_step(location)
+    pg = rawdb.is_pg(location)
+    for statement in UNDO_PG if pg else UNDO_SQLITE:
+        rawdb.execute(location, statement)
+    for later in LATER[pg]:
+        rawdb.execute(location, "DELETE FROM _migrations WHERE name = ?", (later,))
     rawdb.execute(location, "DROP INDEX actions_check_error")
     for column in ("counted_checks", "check_error"):
         rawdb.execute(location, f"ALTER TABLE actions DROP COLUMN {column}")

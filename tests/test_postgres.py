@@ -45,7 +45,9 @@ def _tables(url: str) -> set[str]:
 def test_migrating_an_empty_schema_gives_the_schema(db_path: str) -> None:
     with Ledger.open(db_path):
         pass
-    assert _tables(db_path) == {"actions", "events", "callbacks", "_migrations", "settled_ledger"}
+    assert _tables(db_path) == {
+        "actions", "events", "callbacks", "_migrations", "settled_ledger", "ledger_moved"
+    }  # fmt: skip
     triggers = {r[0] for r in rawdb.execute(
         db_path, "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal AND tgrelid IN"
         " ('actions'::regclass, 'events'::regclass, 'callbacks'::regclass)")}  # fmt: skip
@@ -392,8 +394,8 @@ def test_an_application_role_without_ownership_runs_settled_but_cannot_rewrite_h
         app_url = f"postgresql://{role}@/test?{query}"
         with Ledger.open(app_url) as led:
             led.record(new_record("a-1"), actor="app")
-            assert transition(led, "a-1", Status.PENDING, Status.IN_FLIGHT,
-                              kind=EventKind.CLAIMED, lease_owner="o") is not None  # fmt: skip
+            assert transition(led, "a-1", Status.PENDING, Status.IN_FLIGHT, kind=EventKind.CLAIMED,
+                              lease_owner="o", delivery="IN_FLIGHT") is not None  # fmt: skip
             assert led.integrity_check() == "ok" and led.figures()
             led.clock().now()
         for sql in (

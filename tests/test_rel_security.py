@@ -327,6 +327,10 @@ def test_a_ledger_from_before_the_replace_guard_is_upgraded(populated: Path) -> 
         conn.execute("DROP INDEX actions_same_change")
         conn.execute("DROP TABLE clock_anchors")
         conn.execute("DROP INDEX actions_check_error")
+        conn.execute("DROP TRIGGER actions_status_has_event")  # 007
+        for table, verb in (("actions", "insert"), ("actions", "update"), ("events", "insert")):
+            conn.execute(f"DROP TRIGGER {table}_not_moved_{verb}")  # 008 (callbacks' went above)
+        conn.execute("DROP TABLE ledger_moved")
         for column in ("lands_by", "contradiction", "declared", "counted_checks", "check_error"):
             conn.execute(f"ALTER TABLE actions DROP COLUMN {column}")
         conn.execute("DELETE FROM _migrations WHERE name != '001_initial'")

@@ -115,6 +115,7 @@ from . import (  # noqa: E402  (commands register on `app`)
     serve_cmd,
     settle,
     stats_cmd,
+    verify_cmd,
 )
 
 actions.register(app)
@@ -128,4 +129,5 @@ demo.register(app)
 mcp_cmd.register(app)
 schema_cmd.register(app)
 migrate_cmd.register(app)
+verify_cmd.register(app)
 serve_cmd.register(app)

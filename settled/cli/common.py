@@ -85,6 +85,13 @@ class State(Session):
         super().__init__(migrate=False)  # migrations are explicit: `settled migrate`
         self.extra: dict[str, Any] = {}
 
+    def moved_notice(self, line: str) -> None:
+        if self.extra.get("completing"):
+            return
+        from .render import term
+
+        print(f"settled: {term(line, limit=2000)}", file=sys.stderr)
+
 
 STATE = State()
 

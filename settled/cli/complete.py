@@ -20,6 +20,7 @@ def _session(ctx: Any) -> Any:
         STATE.db = params["db"]
     if params.get("config"):
         STATE.config_path = params["config"]
+    STATE.extra["completing"] = True  # completion prints nothing but values
     return STATE
 
 

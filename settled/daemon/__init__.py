@@ -37,9 +37,10 @@ from typing import Any
 
 from ..clock import Clock, steady, to_text
 from ..crashpoints import Probe, no_probe
-from ..errors import SettledError
+from ..errors import LedgerMoved, SettledError
 from ..ledger import Ledger
 from ..reconcile import DEFAULT_BATCH, DEFAULT_LEASE, Change, Reconciler
+from ..storage.base import moved_message
 from .log import Log, check_failed, failed, json_lines, one_line, pass_line, transition
 from .notify import Notifier
 
@@ -92,6 +93,7 @@ class Sweeper:
     _depth: dict[str, int] = field(default_factory=dict)
     schema: int | None = None  # the ledger's schema version at the start
     exit_code: int = 0  # 1 once the schema moved under the daemon (``ledger_changed``)
+    moved: str | None = None  # why it stopped: its ledger was moved (migrate-ledger)
 
     def __post_init__(self) -> None:
         if self.clock is None:
@@ -171,6 +173,13 @@ class Sweeper:
             self._schema_moved(schema)
             return
         self.passes += 1
+        try:
+            where = self.ledger.moved()
+        except SettledError:
+            where = None  # the pass below meets the same error and logs it
+        if where is not None:
+            self._ledger_moved(moved_message(self.ledger.location, *where))
+            return
         self._in_pass = True
         self._progress_at = started
         reconciler = Reconciler(
@@ -191,6 +200,9 @@ class Sweeper:
             report = reconciler.run_due()
             depth = self.ledger.status_counts()
             failing = self.ledger.check_failures()
+        except LedgerMoved as exc:
+            self._ledger_moved(str(exc))
+            return
         except SettledError as exc:
             self._pass_failed(exc, started)
             return
@@ -233,6 +245,15 @@ class Sweeper:
         )
         self.notifier.status(f"stopped: the ledger's schema moved to {schema}")
         self.request_stop("ledger_changed")
+
+    def _ledger_moved(self, line: str) -> None:
+        """The ledger was moved (rule 17): nothing more can be written to it, so the
+        daemon says so once and stops; ``serve`` then exits 1."""
+        self.failed_passes += 1
+        self.last_pass_ok, self.last_pass_at = False, self.now_text
+        self.moved = line
+        self.emit("ledger_moved", level="error", error="LedgerMoved", message=line)
+        self.request_stop("the ledger was moved")
 
     def _pass_failed(self, exc: BaseException, started: float) -> None:
         self.failed_passes += 1
@@ -343,7 +364,7 @@ class Sweeper:
             scheduler.shutdown(wait=True)  # the pass in hand sees the stop and returns
             aps_log.removeHandler(handler)
         self.emit("stopped", passes=self.passes)
-        return self.exit_code
+        return self.exit_code or (1 if self.moved else 0)
 
 
 class _StepWatch:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum, StrEnum
@@ -658,10 +659,79 @@ class Ledger(ABC):
         values): shown by ``show``."""
 
     @abstractmethod
-    def restore(self, history: Iterable[History]) -> int:
+    def restore(
+        self,
+        history: Iterable[History],
+        *,
+        callbacks: Iterable[Sequence[Any]] = (),
+        check: Callable[[Any], None] | None = None,
+    ) -> int:
         """Write records and their events exactly as they were (ids, times, details),
-        all in ONE transaction: the copy lands whole or not at all. Only for an empty
-        ledger; an id already present is an error. Returns how many records."""
+        and the kept callbacks' rows (``truth.CALLBACK_TABLE_COLUMNS``), all in ONE
+        transaction: the copy lands whole or not at all. Only for an empty ledger; an id
+        already present is an error. ``check`` is called, before the commit, with a
+        view of this ledger's rows inside that transaction (``truth.RowSource``): an
+        error it raises leaves the ledger as it was. Returns how many records."""
+
+    # -- history as the truth (rules 17 and 18) ------------------------------------------
+
+    @abstractmethod
+    def rows(self, table: str, order: str = "") -> Iterator[tuple[Any, ...]]:
+        """Every row of one table that holds history (``truth.TABLES``), its columns in
+        that order, read directly from the table (in key order, or ``order``)."""
+
+    @abstractmethod
+    def still(self) -> AbstractContextManager[Still]:
+        """Hold the whole ledger still: one transaction in which no other writer can
+        change it (SQLite: the write lock; PostgreSQL: the tables locked EXCLUSIVE), for
+        a copy to be read, verified and the ledger marked as moved. Committed when the
+        block ends, rolled back on an error."""
+
+    @abstractmethod
+    def moved(self) -> tuple[str, str] | None:
+        """Where this ledger was moved to and when (``migrate-ledger``), or None."""
+
+    def verify(self, on_record: Callable[[int], None] | None = None) -> Any:
+        """Every record replayed against its events, and every event without its
+        record (``truth.verify``): a ``truth.Verdict``. Reads only."""
+        from . import truth
+
+        return truth.verify(self, on_record)
+
+    def _replay_summary(self) -> str:
+        """``integrity_check``'s share of rule 18: "ok", or what disagrees."""
+        verdict = self.verify()
+        if not verdict.findings:
+            return "ok"
+        n, first = len(verdict.findings), verdict.findings[0].line()
+        return f"{n} disagreement{'s' if n != 1 else ''} between records and events; {first}"
+
+
+class Still(ABC):
+    """A ledger held still (``Ledger.still``): read its rows, count its live leases,
+    mark it as moved, all in the one transaction that holds it."""
+
+    location: str
+
+    @abstractmethod
+    def rows(self, table: str, order: str = "") -> Iterator[tuple[Any, ...]]: ...
+
+    @abstractmethod
+    def live_leases(self, now: str) -> int:
+        """``IN_FLIGHT`` records whose dispatch lease has not run out at ``now``."""
+
+    @abstractmethod
+    def mark_moved(self, to: str, at: str) -> None:
+        """Record that the ledger moved to ``to`` at ``at``: from the commit on, the
+        database refuses every write of history."""
+
+
+def moved_message(location: str, to: str, at: str) -> str:
+    """The one line a writer of a moved ledger is refused with."""
+    return (
+        f"ledger {location} was moved to {to} at {at} (migrate-ledger); nothing was "
+        f"written here: use --db {to}"
+    )
 
 
 def pending_from_row(row: Mapping[str, Any]) -> PendingCallback:
@@ -889,11 +959,13 @@ __all__ = [
     "Selection",
     "Stats",
     "StatsCell",
+    "Still",
     "Sweep",
     "Taken",
     "callback_row",
     "fold_stats",
     "from_row",
+    "moved_message",
     "pending_from_row",
     "retry_pending_at",
     "same_action",

@@ -50,6 +50,7 @@ from ..errors import (
     LedgerBusy,
     LedgerError,
     LedgerFull,
+    LedgerMoved,
     LedgerOutdated,
     LedgerReadOnly,
     MissingExtra,
@@ -78,6 +79,7 @@ from .base import (
     SchemaMode,
     Selection,
     Stats,
+    Still,
     Sweep,
     Taken,
     callback_row,
@@ -85,6 +87,7 @@ from .base import (
     fold_stats,
     from_row,
     missing_for_reads,
+    moved_message,
     pending_from_row,
     recorded_detail,
     retry_pending_at,
@@ -256,6 +259,8 @@ class PostgresLedger(Ledger):
         self._clock: Clock | None = None
         self._closed = False
         self._extra: dict[str, Any] = {}
+        self._held: Conn | None = None  # the transaction ``rows`` reads through, when held
+        self._cursors = 0
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -611,7 +616,82 @@ class PostgresLedger(Ledger):
             return "ok" if not orphans else f"{orphans} events without their action"
 
         result: str = self._read("check the ledger", run)
-        return result
+        return result if result != "ok" else self._replay_summary()
+
+    # ------------------------------------------------------------ history as the truth
+    def rows(self, table: str, order: str = "") -> Iterator[tuple[Any, ...]]:
+        """Read with a server-side cursor inside the transaction ``_holding`` opened
+        (``still``, ``restore``'s check, ``verify``); else all at once, in one read."""
+        from .truth import TABLES
+
+        columns, key = TABLES[table]  # names from a fixed table, never from input
+        by = ", ".join(f'{c} COLLATE "C"' if c in ("action_id", "provider", "event_id") else c
+                       for c in (order.split(", ") if order else key))  # fmt: skip
+        sql = f"SELECT {', '.join(columns)} FROM {table} ORDER BY {by}"
+        held = self._held
+        if held is None:
+            yield from self._all(sql)
+            return
+        self._cursors += 1
+        with self._mapped(f"read the {table}"):
+            cur = held.cursor(name=f"settled_rows_{self._cursors}")
+        try:
+            cur.itersize = 500
+            with self._mapped(f"read the {table}"):
+                cur.execute(sql)
+            while True:
+                with self._mapped(f"read the {table}"):
+                    chunk = cur.fetchmany(500)
+                if not chunk:
+                    return
+                yield from chunk
+        finally:
+            if not held.closed and not held.broken:
+                with self._mapped(f"read the {table}"):
+                    cur.close()
+
+    @contextmanager
+    def _holding(self, doing: str, first: Sequence[str]) -> Iterator[Cursor]:
+        """One transaction whose connection ``rows`` reads through, opened by the
+        statements ``first`` (an isolation level, a lock)."""
+        with self._tx(doing) as cur:
+            for statement in first:
+                cur.execute(statement)
+            self._held = cur.connection
+            try:
+                yield cur
+            finally:
+                self._held = None
+
+    @contextmanager
+    def still(self) -> Iterator[Still]:
+        # EXCLUSIVE: readers go on (ACCESS SHARE), every writer waits for the commit;
+        # a writer that holds a lock longer than lock_timeout makes this LedgerBusy.
+        with self._holding("hold the ledger still", [
+            "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+            "LOCK TABLE actions, events, callbacks IN EXCLUSIVE MODE",
+        ]) as cur:  # fmt: skip
+            yield _PgStill(self, cur)
+
+    def verify(self, on_record: Callable[[int], None] | None = None) -> Any:
+        """``Ledger.verify`` from one snapshot (a repeatable-read, read-only transaction)."""
+        from . import truth
+
+        with self._holding("verify the ledger",
+                           ["SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"]):  # fmt: skip
+            return truth.verify(self, on_record)
+
+    def moved(self) -> tuple[str, str] | None:
+        def run(cur: Cursor) -> tuple[str, str] | None:
+            cur.execute("SELECT to_regclass('ledger_moved') IS NOT NULL")
+            if not cur.fetchone()[0]:  # type: ignore[index]
+                return None  # a ledger of an older schema, read as it is
+            cur.execute("SELECT moved_to, moved_at FROM settled_moved()")
+            row = cur.fetchone()
+            return (str(row[0]), str(row[1])) if row else None
+
+        found: tuple[str, str] | None = self._read("read", run)
+        return found
 
     def clock(self, *, anchor: bool = True) -> Clock:
         """The database's clock (``DatabaseClock``): one clock for every host. Reading
@@ -936,10 +1016,18 @@ class PostgresLedger(Ledger):
             )  # fmt: skip
         return [(rec, logs[rec.action_id]) for rec in records]
 
-    def restore(self, history: Iterable[History]) -> int:
+    def restore(
+        self,
+        history: Iterable[History],
+        *,
+        callbacks: Iterable[Sequence[Any]] = (),
+        check: Callable[[Any], None] | None = None,
+    ) -> int:
+        from .truth import CALLBACK_TABLE_COLUMNS
+
         n = 0
         chunk: list[History] = []
-        with self._tx("restore a copied ledger") as cur:
+        with self._holding("restore a copied ledger", []) as cur:
             for item in history:
                 chunk.append(item)
                 if len(chunk) >= 1000:
@@ -950,6 +1038,11 @@ class PostgresLedger(Ledger):
                 "SELECT setval(pg_get_serial_sequence('events', 'id'), max(id)) FROM events"
                 " HAVING max(id) IS NOT NULL"
             )
+            with cur.copy(f"COPY callbacks ({', '.join(CALLBACK_TABLE_COLUMNS)}) FROM STDIN") as cp:
+                for row in callbacks:
+                    cp.write_row(tuple(_clean(v) for v in row))
+            if check is not None:
+                check(self)
         return n
 
     # ------------------------------------------------------------ inside a transaction
@@ -1012,6 +1105,30 @@ class PostgresLedger(Ledger):
 # -- statements ------------------------------------------------------------------------------
 
 _CB_COLS = ", ".join(CALLBACK_COLUMNS)
+
+
+class _PgStill(Still):
+    """The PostgreSQL ledger inside the transaction that locked its tables."""
+
+    def __init__(self, ledger: PostgresLedger, cur: Cursor) -> None:
+        self.ledger, self.cur, self.location = ledger, cur, ledger.location
+
+    def rows(self, table: str, order: str = "") -> Iterator[tuple[Any, ...]]:
+        return self.ledger.rows(table, order)
+
+    def live_leases(self, now: str) -> int:
+        self.cur.execute(
+            "SELECT count(*) FROM actions WHERE status = 'IN_FLIGHT'"
+            " AND (lease_expires_at IS NULL OR lease_expires_at > %s::timestamptz)",
+            (now,),
+        )
+        return int(self.cur.fetchone()[0])  # type: ignore[index]
+
+    def mark_moved(self, to: str, at: str) -> None:
+        self.cur.execute(
+            "INSERT INTO ledger_moved (moved_to, moved_at) VALUES (%s, %s::timestamptz)",
+            (_clean(to), at),
+        )
 
 
 def _cb_dicts(cur: Cursor) -> list[dict[str, Any]]:
@@ -1199,6 +1316,9 @@ def _map(
         return LedgerError(
             f"cannot reach ledger {location} ({text}); {doing} is not known to have happened"
         )
+    if state == "P0001" and text.startswith("settled: this ledger moved to "):
+        to, _, at = text.removeprefix("settled: this ledger moved to ").rpartition(" at ")
+        return LedgerMoved(moved_message(location, to, at))
     if state == "P0001" and text.startswith("settled:"):
         return LedgerError(f"ledger {location}: {text}")
     return LedgerError(f"ledger {location}: {text} ({doing})")

@@ -130,6 +130,10 @@ TRIGGERS = (
     "callbacks_no_delete",
     "callbacks_no_truncate",
     "callbacks_as_received",
+    "actions_status_has_event",
+    "actions_not_moved",
+    "events_not_moved",
+    "callbacks_not_moved",
 )
 
 
@@ -220,10 +224,93 @@ def _m003_checks(cur: Cursor) -> None:
     )
 
 
+_M004 = [
+    # History is the truth of state (rule 18): at commit, a record whose status changed
+    # in the transaction must have as its newest event one that moves it to the status
+    # it has. Deferred, so the ledger may write the row and its event in either order
+    # (one statement, or several); a raw ``UPDATE actions SET status = ...`` without an
+    # event is refused at its commit. A role that is not the tables' owner cannot drop
+    # or disable it (see docs/postgres.md).
+    """
+    CREATE FUNCTION settled_status_has_event() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        now_status text;
+        newest text;
+    BEGIN
+        SELECT status INTO now_status FROM actions WHERE action_id = NEW.action_id;
+        SELECT to_status INTO newest FROM events WHERE action_id = NEW.action_id
+            ORDER BY id DESC LIMIT 1;
+        IF now_status IS DISTINCT FROM newest THEN
+            RAISE EXCEPTION 'settled: a status changes only with the event that records it'
+                ' (action %: status %, newest event to %)', NEW.action_id, now_status,
+                coalesce(newest, 'none');
+        END IF;
+        RETURN NULL;
+    END
+    $$
+    """,
+    "CREATE CONSTRAINT TRIGGER actions_status_has_event AFTER UPDATE OF status ON actions"
+    " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW"
+    " WHEN (NEW.status IS DISTINCT FROM OLD.status)"
+    " EXECUTE FUNCTION settled_status_has_event()",
+]
+
+
+def _m004_status_has_event(cur: Cursor) -> None:
+    for statement in _M004:
+        cur.execute(statement)
+
+
+_M005 = [
+    # A copy is of a still ledger (rule 17): ``migrate-ledger`` writes the one row here,
+    # in the transaction that held the source still while it was copied and verified:
+    # where the ledger went (never a password) and when. From then on every write of
+    # history is refused, naming the new ledger, so a writer that connected before the
+    # move (a daemon) cannot add to a ledger nobody reads any more.
+    "CREATE TABLE ledger_moved (only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),"
+    " moved_to text NOT NULL, moved_at timestamptz NOT NULL)",
+    """
+    CREATE FUNCTION settled_moved(OUT moved_to text, OUT moved_at text)
+    RETURNS SETOF record LANGUAGE sql STABLE SECURITY DEFINER SET search_path FROM CURRENT
+    AS $$
+        SELECT moved_to, to_char(moved_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+        FROM ledger_moved
+    $$
+    """,
+    # The marker is read through ``settled_moved()`` (the owner's function), so the
+    # application role needs no grant on it (docs/postgres.md).
+    """
+    CREATE FUNCTION settled_not_moved() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        m record;
+    BEGIN
+        SELECT * INTO m FROM settled_moved();
+        IF FOUND THEN
+            RAISE EXCEPTION 'settled: this ledger moved to % at %', m.moved_to, m.moved_at;
+        END IF;
+        RETURN NULL;
+    END
+    $$
+    """,
+    *(
+        f"CREATE TRIGGER {table}_not_moved BEFORE INSERT OR UPDATE ON {table}"
+        " FOR EACH STATEMENT EXECUTE FUNCTION settled_not_moved()"
+        for table in ("actions", "events", "callbacks")
+    ),
+]
+
+
+def _m005_moved(cur: Cursor) -> None:
+    for statement in _M005:
+        cur.execute(statement)
+
+
 MIGRATIONS: list[tuple[str, Step]] = [
     ("001_initial", _m001_initial),
     ("002_callbacks", _m002_callbacks),
     ("003_checks", _m003_checks),
+    ("004_status_has_event", _m004_status_has_event),
+    ("005_moved", _m005_moved),
 ]
 
 LATEST = len(MIGRATIONS)

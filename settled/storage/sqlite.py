@@ -41,6 +41,7 @@ from ..errors import (
     LedgerBusy,
     LedgerError,
     LedgerFull,
+    LedgerMoved,
     LedgerOutdated,
     LedgerReadOnly,
 )
@@ -61,6 +62,7 @@ from .base import (
     SchemaMode,
     Selection,
     Stats,
+    Still,
     Sweep,
     Taken,
     callback_row,
@@ -68,6 +70,7 @@ from .base import (
     fold_stats,
     from_row,
     missing_for_reads,
+    moved_message,
     pending_from_row,
     recorded_detail,
     retry_pending_at,
@@ -77,7 +80,7 @@ from .base import (
 )
 
 APPLICATION_ID = 0x53544C44  # "STLD": marks a file as a settled ledger
-SCHEMA_VERSION = 6  # == sqlite_schema.LATEST (checked by a test)
+SCHEMA_VERSION = 8  # == sqlite_schema.LATEST (checked by a test)
 DEFAULT_BUSY_TIMEOUT = 10.0
 HAS_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)  # UPDATE … RETURNING
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM actions"
@@ -307,7 +310,20 @@ class SqliteLedger(Ledger):
         try:
             yield
         except sqlite3.Error as exc:
+            if "settled: this ledger moved" in str(exc):
+                raise self._moved_error() from None
             raise _map(exc, self.path, doing) from None
+
+    def _moved_error(self) -> LedgerMoved:
+        """The refusal of a write to a moved ledger, naming where it went."""
+        try:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            found = self.conn.execute("SELECT moved_to, moved_at FROM ledger_moved").fetchone()
+        except sqlite3.Error:
+            found = None
+        to, at = found if found else ("another ledger", "an unknown time")
+        return LedgerMoved(moved_message(self.path, to, at))
 
     def _retry(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` until it stops failing with SQLITE_BUSY, within the bound."""
@@ -458,7 +474,56 @@ class SqliteLedger(Ledger):
 
     def integrity_check(self) -> str:
         with self._mapped("read"):
-            return str(self._read_one("PRAGMA integrity_check")[0])
+            found = str(self._read_one("PRAGMA integrity_check")[0])
+        return found if found != "ok" else self._replay_summary()
+
+    # ------------------------------------------------------------ history as the truth
+    def rows(self, table: str, order: str = "") -> Iterator[tuple[Any, ...]]:
+        from .truth import TABLES
+
+        columns, key = TABLES[table]  # names from a fixed table, never from input
+        by = order or ", ".join(key)
+        with self._mapped(f"read the {table}"):
+            cur = self._retry(
+                lambda: self.conn.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {by}")
+            )
+        while True:
+            with self._mapped(f"read the {table}"):
+                chunk = cur.fetchmany(500)
+            if not chunk:
+                return
+            yield from (tuple(r) for r in chunk)
+
+    @contextmanager
+    def still(self) -> Iterator[Still]:
+        with self._write("hold the ledger still") as c:
+            yield _SqliteStill(self, c)
+
+    def verify(self, on_record: Callable[[int], None] | None = None) -> Any:
+        """``Ledger.verify`` from one snapshot: a read transaction around every read."""
+        from . import truth
+
+        with self._mapped("verify the ledger"):
+            self._retry(lambda: self.conn.execute("BEGIN"))
+            try:
+                return truth.verify(self, on_record)
+            finally:
+                if self.conn.in_transaction:
+                    self.conn.execute("COMMIT")
+
+    def moved(self) -> tuple[str, str] | None:
+        with self._mapped("read"):
+            try:
+                row = self._retry(
+                    lambda: self.conn.execute(
+                        "SELECT moved_to, moved_at FROM ledger_moved"
+                    ).fetchall()
+                )
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):  # a ledger of an older schema, read as it is
+                    return None
+                raise
+        return (str(row[0][0]), str(row[0][1])) if row else None
 
     def clock(self, *, anchor: bool = True) -> Clock:
         """The host's steady ledger clock (see ``settled.clock``): this boot's anchor,
@@ -758,7 +823,15 @@ class SqliteLedger(Ledger):
                 )  # fmt: skip
         return [(rec, logs[rec.action_id]) for rec in records]
 
-    def restore(self, history: Iterable[History]) -> int:
+    def restore(
+        self,
+        history: Iterable[History],
+        *,
+        callbacks: Iterable[Sequence[Any]] = (),
+        check: Callable[[Any], None] | None = None,
+    ) -> int:
+        from .truth import CALLBACK_TABLE_COLUMNS
+
         n = 0
         names = ", ".join(COLUMNS)
         marks = ", ".join("?" * len(COLUMNS))
@@ -775,6 +848,13 @@ class SqliteLedger(Ledger):
                       e.attempt, event_detail_text(e.detail)) for e in events],
                 )  # fmt: skip
                 n += 1
+            c.executemany(
+                f"INSERT INTO callbacks ({', '.join(CALLBACK_TABLE_COLUMNS)})"
+                f" VALUES ({', '.join('?' * len(CALLBACK_TABLE_COLUMNS))})",
+                [tuple(r) for r in callbacks],
+            )
+            if check is not None:
+                check(self)
         return n
 
     # ------------------------------------------------------------ inside a transaction
@@ -802,22 +882,41 @@ class SqliteLedger(Ledger):
 
     def _apply(self, c: sqlite3.Connection, m: Move, *, everything: bool) -> dict[str, Any] | None:
         """One guarded move inside the caller's transaction; the row (all columns when
-        ``everything``, else just its attempt), or None when the guard did not hold."""
+        ``everything``, else just its attempt), or None when the guard did not hold.
+
+        The event is written first, by an insert guarded like the update (it finds the
+        row only while the guard holds), then the row: the database refuses a status
+        change whose newest event does not record it (``actions_status_has_event``,
+        rule 18), and SQLite can only check that when the change is made."""
         values = dict(m.values)
         if m.kind is not None and not m.kind.changes_nothing:
             values["status"] = str(m.to)
         values["updated_at"] = m.at
-        sets = ", ".join(f"{k} = ?" for k in values)
-        sql = f"UPDATE actions SET {sets} WHERE action_id = ? AND status = ?"
-        args: list[Any] = [*values.values(), m.action_id, str(m.frm)]
+        where = "action_id = ? AND status = ?"
+        guard: list[Any] = [m.action_id, str(m.frm)]
         if m.owner is not None:
-            sql += " AND lease_owner = ?"
-            args.append(m.owner)
+            where += " AND lease_owner = ?"
+            guard.append(m.owner)
         if m.attempt is not None:
-            sql += " AND attempt = ?"
-            args.append(m.attempt)
+            where += " AND attempt = ?"
+            guard.append(m.attempt)
         if m.correction:
-            sql += " AND contradiction IS NOT NULL"
+            where += " AND contradiction IS NOT NULL"
+        if m.kind is not None:
+            cur = c.execute(
+                "INSERT INTO events (action_id, at, actor, kind, from_status, to_status, attempt,"
+                " detail) SELECT action_id, ?, ?, ?, ?, ?, coalesce(?, attempt), ?"
+                f" FROM actions WHERE {where}",
+                [m.at, m.actor, str(m.kind), str(m.frm), str(m.to), values.get("attempt"),
+                 event_detail_text(m.detail), *guard],
+            )  # fmt: skip
+            if cur.rowcount != 1:
+                return None
+            # the guard holds (the write lock is held): the update below finds the row
+            where, guard = "action_id = ?", [m.action_id]
+        sets = ", ".join(f"{k} = ?" for k in values)
+        sql = f"UPDATE actions SET {sets} WHERE {where}"
+        args: list[Any] = [*values.values(), *guard]
         row: dict[str, Any] | None
         if HAS_RETURNING:  # the new row in the same statement: no SELECT after the UPDATE
             cur = c.execute(sql + (f" RETURNING {', '.join(COLUMNS)}" if everything
@@ -832,8 +931,6 @@ class SqliteLedger(Ledger):
             cur = c.execute(f"{_SELECT} WHERE action_id = ?", (m.action_id,))
             row = dict(zip([d[0] for d in cur.description], cur.fetchone(), strict=True))
         if m.kind is not None:
-            self._event(c, m.action_id, m.at, m.actor, m.kind, str(m.frm), str(m.to),
-                        row["attempt"], m.detail)  # fmt: skip
             self.probe(f"before_commit:{m.kind}")
         return row
 
@@ -857,6 +954,29 @@ class SqliteLedger(Ledger):
 
 
 _CB_COLS = ", ".join(CALLBACK_COLUMNS)
+
+
+class _SqliteStill(Still):
+    """The SQLite ledger inside its held write transaction (``BEGIN IMMEDIATE``)."""
+
+    def __init__(self, ledger: SqliteLedger, conn: sqlite3.Connection) -> None:
+        self.ledger, self.conn, self.location = ledger, conn, ledger.path
+
+    def rows(self, table: str, order: str = "") -> Iterator[tuple[Any, ...]]:
+        return self.ledger.rows(table, order)
+
+    def live_leases(self, now: str) -> int:
+        return int(
+            self.conn.execute(
+                "SELECT count(*) FROM actions WHERE status = 'IN_FLIGHT'"
+                " AND (lease_expires_at IS NULL OR lease_expires_at > ?)",
+                (now,),
+            ).fetchone()[0]
+        )
+
+    def mark_moved(self, to: str, at: str) -> None:
+        self.conn.execute("INSERT INTO ledger_moved (only_row, moved_to, moved_at) VALUES (1, ?, ?)",
+                          (to, at))  # fmt: skip
 
 
 def _dicts(cur: sqlite3.Cursor) -> list[dict[str, Any]]:

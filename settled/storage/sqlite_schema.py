@@ -211,6 +211,41 @@ def _m006_checks(db: sqlite_utils.Database) -> None:
     )
 
 
+def _m007_status_has_event(db: sqlite_utils.Database) -> None:
+    # History is the truth of state (rule 18): a record's status changes only with the
+    # event that records the move, written in the same transaction BEFORE the row (the
+    # ledger writes it so; SQLite has no deferred triggers, so the check is made as the
+    # row changes). A change of status whose newest event does not record it (from the
+    # old status to the new one) is refused: a raw ``UPDATE actions SET status = ...``.
+    db.execute(
+        "CREATE TRIGGER actions_status_has_event BEFORE UPDATE OF status ON actions "
+        "WHEN NEW.status IS NOT OLD.status AND NOT EXISTS (SELECT 1 FROM events"
+        " WHERE id = (SELECT max(id) FROM events WHERE action_id = NEW.action_id)"
+        " AND to_status = NEW.status AND from_status IS OLD.status) "
+        "BEGIN SELECT RAISE(ABORT, 'settled: a status changes only with the event that"
+        " records it'); END"
+    )
+
+
+def _m008_moved(db: sqlite_utils.Database) -> None:
+    # A copy is of a still ledger (rule 17): ``migrate-ledger`` writes one row here, in
+    # the transaction that held the source still while it was copied and verified: where
+    # the ledger went (never a password) and when. From then on the database refuses
+    # every write of history, so a writer that opened the ledger before the move (a
+    # daemon) cannot add to a ledger nobody reads any more.
+    db.execute(
+        "CREATE TABLE ledger_moved (only_row INTEGER PRIMARY KEY CHECK (only_row = 1),"
+        " moved_to TEXT NOT NULL, moved_at TEXT NOT NULL)"
+    )
+    for table, verb in (("actions", "INSERT"), ("actions", "UPDATE"), ("events", "INSERT"),
+                        ("callbacks", "INSERT"), ("callbacks", "UPDATE")):  # fmt: skip
+        db.execute(
+            f"CREATE TRIGGER {table}_not_moved_{verb.lower()} BEFORE {verb} ON {table} "
+            "WHEN EXISTS (SELECT 1 FROM ledger_moved) "
+            "BEGIN SELECT RAISE(ABORT, 'settled: this ledger moved'); END"
+        )
+
+
 MIGRATIONS: list[tuple[str, Step]] = [
     ("001_initial", _m001_initial),
     ("002_no_replace", _m002_no_replace),
@@ -218,6 +253,8 @@ MIGRATIONS: list[tuple[str, Step]] = [
     ("004_edges", _m004_edges),
     ("005_callbacks", _m005_callbacks),
     ("006_checks", _m006_checks),
+    ("007_status_has_event", _m007_status_has_event),
+    ("008_moved", _m008_moved),
 ]
 
 LATEST = len(MIGRATIONS)

@@ -1,0 +1,351 @@
+"""What a ledger holds, read from its own rows: the digest that verifies a copy
+(rule 17) and the replay of each record's events against its fields (rule 18).
+
+Both read the tables directly, row by row, through the backend's own cursor
+(``Ledger.rows``), never through the export a copy is made from: a count and a digest
+taken from the rows that were copied always agree with the copy, whatever the export
+missed. A row that cannot be read as what it must be (JSON that does not parse, a
+status that is no status) is a ``Damaged`` row, named by its ledger, table and key.
+
+    Digest           per table: rows and a SHA-256 over them, in key order
+    digest(ledger)   the digest of every table that holds history
+    replay(rec, log) every disagreement between a record and its events
+    verify(ledger)   the replay of every record, and every event without its record
+
+This module is pure over rows; the backends own the SQL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..errors import LedgerError
+from ..model import (
+    CORRECTIONS,
+    EVIDENCE_CORRECTIONS,
+    TRANSITIONS,
+    Acceptance,
+    ActionRecord,
+    Delivery,
+    Event,
+    EventKind,
+    Status,
+)
+from .base import CALLBACK_COLUMNS, COLUMNS, History, from_row
+
+EVENT_COLUMNS = ("id", "action_id", "at", "actor", "kind", "from_status", "to_status",
+                 "attempt", "detail")  # fmt: skip
+CALLBACK_TABLE_COLUMNS = (*CALLBACK_COLUMNS, "state", "matched_at", "next_check_at")
+# Every table that holds history, its columns and its key (the order rows are read in).
+TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "actions": (COLUMNS, ("action_id",)),
+    "events": (EVENT_COLUMNS, ("id",)),
+    "callbacks": (CALLBACK_TABLE_COLUMNS, ("provider", "event_id")),
+}
+_JSON = {"actions": ("params", "snapshot", "declared"), "events": ("detail",)}
+_FLAGS = {"actions": ("requires_manual_verification",)}
+
+
+class Damaged(LedgerError):
+    """A row that cannot be read as what it must be: the ledger is damaged there."""
+
+
+class RowSource(Protocol):
+    location: str
+
+    def rows(self, table: str, order: str = "") -> Iterator[tuple[Any, ...]]: ...
+
+
+def canonical(location: str, table: str, row: Sequence[Any]) -> tuple[Any, ...]:
+    """One stored row as both backends read it alike: flags as 0/1, JSON text parsed
+    and written again with sorted keys. Raises ``Damaged`` naming the row."""
+    columns, key = TABLES[table]
+    values = dict(zip(columns, row, strict=True))
+    where = ", ".join(f"{k} {values[k]!r}" for k in key)
+    for name in _FLAGS.get(table, ()):
+        if values[name] is not None:
+            values[name] = int(bool(values[name]))
+    for name in _JSON.get(table, ()):
+        text = values[name]
+        if text is None:
+            continue
+        try:
+            values[name] = json.dumps(json.loads(text), sort_keys=True, ensure_ascii=False)
+        except (TypeError, ValueError) as exc:
+            raise Damaged(
+                f"ledger {location} is damaged: {table} row {where} holds unreadable "
+                f"{name} ({type(exc).__name__}: {exc})"
+            ) from None
+    if table == "actions":
+        try:
+            from_row(values)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise Damaged(
+                f"ledger {location} is damaged: {table} row {where} cannot be read "
+                f"({type(exc).__name__}: {exc})"
+            ) from None
+    return tuple(values[c] for c in columns)
+
+
+@dataclass
+class TableDigest:
+    rows: int = 0
+    _sha: Any = field(default_factory=hashlib.sha256, repr=False)
+
+    def add(self, row: tuple[Any, ...]) -> None:
+        self.rows += 1
+        self._sha.update(json.dumps(row, ensure_ascii=False, default=str).encode() + b"\n")
+
+    @property
+    def sha256(self) -> str:
+        return str(self._sha.hexdigest())
+
+
+@dataclass
+class Digest:
+    """What a ledger holds, per table: how many rows and a SHA-256 over them."""
+
+    tables: dict[str, TableDigest] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: {"rows": t.rows, "sha256": t.sha256} for name, t in self.tables.items()}
+
+    def differences(self, other: Digest) -> list[str]:
+        out = []
+        for name in TABLES:
+            a, b = self.tables[name], other.tables[name]
+            if a.rows != b.rows:
+                out.append(f"{name}: {a.rows} rows against {b.rows}")
+            elif a.sha256 != b.sha256:
+                out.append(f"{name}: same {a.rows} rows, different content")
+        return out
+
+
+def digest(source: RowSource) -> Digest:
+    """Every table that holds history, read row by row from ``source`` in key order."""
+    d = Digest()
+    for table in TABLES:
+        t = d.tables[table] = TableDigest()
+        for row in source.rows(table):
+            t.add(canonical(source.location, table, row))
+    return d
+
+
+def histories(source: RowSource) -> Iterator[History]:
+    """Every record with its events, in id order, read from the rows (two cursors
+    walked side by side: records by id, events by record and id)."""
+    events = source.rows("events", "action_id, id")
+    pending: tuple[Any, ...] | None = next(events, None)
+    for row in source.rows("actions"):
+        canonical(source.location, "actions", row)  # a damaged row is named, not a traceback
+        rec = from_row(dict(zip(COLUMNS, row, strict=True)))
+        log: list[Event] = []
+        while pending is not None and pending[1] < rec.action_id:  # an event without its record
+            pending = next(events, None)
+        while pending is not None and pending[1] == rec.action_id:
+            log.append(event_of(source.location, pending))
+            pending = next(events, None)
+        yield rec, log
+
+
+def event_of(location: str, row: Sequence[Any]) -> Event:
+    r = canonical(location, "events", row)
+    return Event(id=r[0], action_id=r[1], at=r[2], actor=r[3], kind=r[4], from_status=r[5],
+                 to_status=r[6], attempt=r[7], detail=json.loads(row[8]))  # fmt: skip
+
+
+# -- rule 18: history is the truth of state ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One field of one record that its events disagree with."""
+
+    action_id: str
+    field: str
+    record: Any  # what the record says
+    events: Any  # what its events say
+    why: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"action_id": self.action_id, "field": self.field, "record": self.record,
+                "events": self.events, "why": self.why}  # fmt: skip
+
+    def line(self) -> str:
+        text = (
+            f"{self.action_id}: {self.field}: record says {self.record}, events say {self.events}"
+        )
+        return f"{text} ({self.why})" if self.why else text
+
+
+def replay(rec: ActionRecord, log: Sequence[Event]) -> list[Finding]:
+    """Every disagreement between ``rec`` and its event log: the log starts with the
+    recording, each event moves from where the one before left the record and only by
+    the transition table; status and attempt are the last event's; delivery,
+    acceptance and ``confirmed_by`` are what the status the log reached allows."""
+    aid = rec.action_id
+    out: list[Finding] = []
+    if not log:
+        return [Finding(aid, "status", str(rec.status), "nothing", "the record has no events")]
+    first = log[0]
+    if (first.kind, first.from_status, first.to_status) != ("recorded", None, "PENDING"):
+        out.append(Finding(aid, "events", "recorded → PENDING first",
+                           f"{first.kind} {first.from_status} → {first.to_status}",
+                           f"event {first.id} is not the recording"))  # fmt: skip
+    state = first.to_status
+    for ev in log[1:]:
+        if ev.from_status != state:
+            out.append(Finding(aid, "events", f"from {state}", f"from {ev.from_status}",
+                               f"event {ev.id} ({ev.kind}) starts where the log was not"))  # fmt: skip
+        try:
+            move = (Status(str(ev.from_status)), Status(ev.to_status))
+        except ValueError:
+            out.append(Finding(aid, "events", "a status", f"{ev.from_status} → {ev.to_status}",
+                               f"event {ev.id} names no status"))  # fmt: skip
+            state = ev.to_status
+            continue
+        same = move[0] is move[1]
+        allowed = (
+            move in TRANSITIONS
+            or (ev.kind == EventKind.NOTE and same)
+            or (ev.kind == EventKind.CALLBACK and same)
+            or (ev.kind == EventKind.RESOLVED and move in CORRECTIONS)
+            or (ev.kind == EventKind.RECONCILED and move in EVIDENCE_CORRECTIONS)
+        )
+        if not allowed:
+            out.append(Finding(aid, "events", "a move of the table",
+                               f"{ev.kind} {move[0]} → {move[1]}",
+                               f"event {ev.id} is not an allowed move"))  # fmt: skip
+        state = ev.to_status
+    last = log[-1]
+    if str(rec.status) != state:
+        out.append(Finding(aid, "status", str(rec.status), state,
+                           f"the last event ({last.id}, {last.kind}) leaves it {state}"))  # fmt: skip
+    if rec.attempt != last.attempt:
+        out.append(Finding(aid, "attempt", rec.attempt, last.attempt,
+                           f"the last event ({last.id}) is of attempt {last.attempt}"))  # fmt: skip
+    try:
+        reached = Status(state)
+    except ValueError:
+        return out
+    out += _axes(rec, reached, last)
+    if reached is Status.CONFIRMED and rec.confirmed_by:
+        out += _confirmed_by(rec, log)
+    return out
+
+
+# Who a confirming event says confirmed the record: the provider's reply, a query, or
+# whoever wrote the event (a person's verdict, a provider's callback).
+_CONFIRMED_BY = {EventKind.OUTCOME: "provider", EventKind.LATE_OUTCOME: "provider",
+                 EventKind.RECONCILED: "reconciliation"}  # fmt: skip
+
+
+def _confirmed_by(rec: ActionRecord, log: Sequence[Event]) -> list[Finding]:
+    """``confirmed_by`` is what the event that moved the record to CONFIRMED says."""
+    moved = [e for e in log if e.to_status == "CONFIRMED" and e.from_status != "CONFIRMED"]
+    if not moved:
+        return []
+    ev = moved[-1]
+    try:
+        says = _CONFIRMED_BY.get(EventKind(ev.kind), ev.actor)
+    except ValueError:
+        says = ev.actor
+    if rec.confirmed_by == says:
+        return []
+    return [Finding(rec.action_id, "confirmed_by", rec.confirmed_by, says,
+                    f"event {ev.id} ({ev.kind}) confirmed it")]  # fmt: skip
+
+
+# What each status the log may reach allows on the other axes (None: any value).
+_AXES: dict[Status, tuple[frozenset[Delivery] | None, frozenset[Acceptance] | None, bool | None]] = {
+    Status.PENDING: (frozenset({Delivery.PENDING}), frozenset({Acceptance.UNKNOWN}), False),
+    Status.IN_FLIGHT: (frozenset({Delivery.IN_FLIGHT}), frozenset({Acceptance.UNKNOWN}), False),
+    Status.AWAITING_VERIFICATION: (None, frozenset({Acceptance.UNKNOWN}), None),
+    Status.CONFIRMED: (None, frozenset({Acceptance.APPLIED}), True),
+    Status.FAILED: (None, frozenset({Acceptance.NOT_APPLIED}), None),
+    Status.DENIED_UNRESOLVED: (None, frozenset({Acceptance.UNKNOWN}), None),
+}  # fmt: skip
+
+
+def _axes(rec: ActionRecord, reached: Status, last: Event) -> list[Finding]:
+    aid, out = rec.action_id, []
+    deliveries, acceptances, confirmed = _AXES[reached]
+    why = f"the events leave it {reached}"
+    if deliveries is not None and rec.delivery not in deliveries:
+        out.append(Finding(aid, "delivery", str(rec.delivery),
+                           " or ".join(sorted(map(str, deliveries))), why))  # fmt: skip
+    if acceptances is not None and rec.acceptance not in acceptances:
+        out.append(Finding(aid, "acceptance", str(rec.acceptance),
+                           " or ".join(sorted(map(str, acceptances))), why))  # fmt: skip
+    if confirmed is True and not rec.confirmed_by:
+        out.append(Finding(aid, "confirmed_by", rec.confirmed_by, "who confirmed it", why))
+    if confirmed is False and rec.confirmed_by is not None:
+        out.append(Finding(aid, "confirmed_by", rec.confirmed_by, "nobody yet", why))
+    return out
+
+
+@dataclass
+class Verdict:
+    """What ``verify`` found: how much it read and every disagreement."""
+
+    records: int = 0
+    events: int = 0
+    findings: list[Finding] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"records": self.records, "events": self.events, "ok": not self.findings,
+                "findings": [f.to_json() for f in self.findings]}  # fmt: skip
+
+    def summary(self) -> str:
+        head = f"checked {self.records} records and {self.events} events"
+        if not self.findings:
+            return f"{head}: no disagreement"
+        n = len(self.findings)
+        return f"{head}: {n} disagreement{'s' if n != 1 else ''}"
+
+
+def verify(source: RowSource, on_record: Callable[[int], None] | None = None) -> Verdict:
+    """Replay every record of ``source`` against its events, and find every event whose
+    record is missing. Reads rows directly; a damaged row raises ``Damaged``."""
+    v = Verdict()
+    known: set[str] = set()
+    for rec, log in histories(source):
+        v.records += 1
+        v.events += len(log)
+        known.add(rec.action_id)
+        v.findings += replay(rec, log)
+        if on_record is not None:
+            on_record(v.records)
+    for row in source.rows("events", "action_id, id"):
+        if row[1] not in known:
+            v.events += 1
+            v.findings.append(Finding(str(row[1]), "record", "missing", f"event {row[0]}",
+                                      "an event whose record is not in the ledger"))  # fmt: skip
+    return v
+
+
+def orphans(source: RowSource, known: Iterable[str] | None = None) -> list[tuple[Any, Any]]:
+    """Events whose record is not in ``source``: (event id, action id)."""
+    ids = set(known) if known is not None else {r[0] for r in source.rows("actions")}
+    return [(r[0], r[1]) for r in source.rows("events") if r[1] not in ids]
+
+
+__all__ = [
+    "TABLES",
+    "Damaged",
+    "Digest",
+    "Finding",
+    "RowSource",
+    "TableDigest",
+    "Verdict",
+    "canonical",
+    "digest",
+    "histories",
+    "orphans",
+    "replay",
+    "verify",
+]
