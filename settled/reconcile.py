@@ -46,9 +46,9 @@ from .errors import (
     TransitionNotAllowed,
     UnknownProvider,
 )
-from .model import ActionRecord, Declared, Status
-from .providers.base import Observation, OperationSpec, Providers, Seen
-from .storage import DUE_STATUSES, Ledger, Move
+from .model import ActionRecord, Declared, Move, Observation, Seen, Status
+from .providers.base import OperationSpec, Providers
+from .storage import DUE_STATUSES, Ledger
 from .throttle import Gate, Gates
 
 DEFAULT_BATCH = 200
