@@ -571,8 +571,8 @@ class Move:
     ``owner`` and at ``attempt``). ``kind`` None is a change of schedule only (``to``
     must equal ``frm``): no event. A ``NOTE`` appends evidence without moving the
     record. ``correction`` marks a person's verdict on a contradicted terminal
-    record (``model.CORRECTIONS``); ``by_evidence`` an observation that outweighs a
-    FAILED status (``model.EVIDENCE_CORRECTIONS``, guarded on the attempt)."""
+    record (``CORRECTIONS``); ``by_evidence`` an observation that outweighs a
+    FAILED status (``EVIDENCE_CORRECTIONS``, guarded on the attempt)."""
 
     action_id: str
     frm: Status
