@@ -3,7 +3,7 @@
 Each group's records and claims are committed in ONE durable transaction before any
 request of the group leaves (``Ledger.record_and_claim_many``); the requests then go
 out from a pool of threads, each action within its own lease and the operation's one
-retry budget (``Dispatcher._attempt``, the same tries as a single dispatch); their
+retry budget (``Dispatcher.send_claimed``, the same tries as a single dispatch); their
 outcomes are committed in groups too, and each action is reported only after the
 commit that made its outcome durable. All writes happen on the thread that iterates
 ``run``; the pool threads only talk to the provider.
@@ -21,6 +21,11 @@ moment it can land.
 Lines are independent: a bad line is reported with its number and nothing is
 recorded for it; an id that already holds the same action is reported and not sent;
 an id that holds another action is a conflict for that line; the others go on.
+
+This module and ``settled.dispatch`` are one component: a bulk run sends through the
+dispatcher's public seam (``Sender``, which ``Dispatcher`` provides) and shares its words
+(``settled.sending``); it never imports ``settled.dispatch``, which reaches it only
+through ``Dispatcher.submit_many`` and ``retry_many``.
 """
 
 from __future__ import annotations
@@ -32,22 +37,85 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from itertools import chain, islice
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from . import policy
-from .dispatch import EXISTS, Attempt, Outcome, Report, _as_found, _reason, check_params_json
 from .errors import Conflict, InvalidInput, LedgerError
-from .model import Acceptance, ActionRecord, Declared, Delivery, Status, action_id_problem
-from .storage import Move
+from .model import Acceptance, ActionRecord, Declared, Delivery, Move, Status, action_id_problem
+from .sending import (
+    EXISTS,
+    Attempt,
+    DispatchSettings,
+    Outcome,
+    Report,
+    as_found,
+    check_params_json,
+    retry_problem,
+    with_reason,
+)
 from .storage.base import same_action
 from .throttle import Gate
 
 if TYPE_CHECKING:
-    from .dispatch import Dispatcher
+    from .clock import Clock
+    from .crashpoints import Probe
+    from .errors import OutcomeNotRecorded
+    from .providers.base import Provider, Providers
+    from .storage import Ledger
 
 DEFAULT_GROUP = 64  # actions per claim transaction (see docs/performance.md)
 DEFAULT_FLUSH_AFTER = 0.2  # s an outcome may wait for its group's commit
 MAX_LINE = 1024 * 1024  # bytes in one input line; a longer one is a bad line, never read whole
+
+
+class Sender(Protocol):
+    """What a bulk run needs of its dispatcher (``settled.dispatch.Dispatcher``): its
+    ledger, providers, clock, settings, actor and crash probe, and the steps of a
+    single send that the bulk path reuses rather than copies."""
+
+    ledger: Ledger
+    registry: Providers
+    clock: Clock
+    settings: DispatchSettings
+    actor: str
+    probe: Probe
+
+    def submit(  # the record-only path of an operation that needs confirmation
+        self,
+        provider: str,
+        operation: str,
+        params: Any,
+        *,
+        action_id: str | None = None,
+        needs_confirmation: bool = False,
+    ) -> Report: ...
+
+    def declared_for(self, record: ActionRecord) -> Declared:
+        """The declarations that govern ``record`` (rule 11)."""
+        ...
+
+    def send_claimed(
+        self,
+        claimed: ActionRecord,
+        declared: Declared,
+        provider: Provider,
+        taken: policy.Claim,
+        gate: Gate | None = None,
+    ) -> Attempt:
+        """One claimed attempt's tries, within its retry budget and lease; no writes."""
+        ...
+
+    def outcome_move(self, sent: Attempt) -> Move:
+        """Where the attempt's tries put the record, not written."""
+        ...
+
+    def finish(self, sent: Attempt, move: Move, written: ActionRecord | None) -> Report:
+        """The report once ``move`` was written (``written``) or its guard failed (None)."""
+        ...
+
+    def not_recorded(self, sent: Attempt, move: Move, exc: LedgerError) -> OutcomeNotRecorded:
+        """What a ledger failure after the claim means for the attempt."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -189,7 +257,7 @@ class _BulkSend:
 
     def __init__(
         self,
-        dispatcher: Dispatcher,
+        dispatcher: Sender,
         provider: str,
         *,
         concurrency: int = 1,
@@ -344,9 +412,9 @@ class _BulkSend:
         try:
             if not item.first:
                 self.d.probe("between_requests")
-            attempt = self.d._attempt(item.record, item.declared, self.provider, item.taken,
-                                      self.gate)  # fmt: skip
-            self._done.put(_Done(item, attempt, self.d._outcome_move(attempt)))
+            attempt = self.d.send_claimed(item.record, item.declared, self.provider, item.taken,
+                                          self.gate)  # fmt: skip
+            self._done.put(_Done(item, attempt, self.d.outcome_move(attempt)))
         except BaseException as exc:  # handed to the writing thread, which raises it
             self._stopping = True  # what has not started yet never will
             self._done.put(_Done(item, error=exc))
@@ -356,7 +424,7 @@ class _BulkSend:
         outcome says so (``FAILED``, never sent), and ``settled retry`` may send it."""
         why = "never sent: the bulk run stopped before this request started"
         attempt = Attempt(item.record, item.declared, item.taken, lapsed=True)
-        move = _reason(self.d._outcome_move(attempt), why)
+        move = with_reason(self.d.outcome_move(attempt), why)
         attempt.tries[-1]["detail"] = why  # the same list the outcome event carries
         self._done.put(_Done(item, attempt, move))
 
@@ -384,9 +452,9 @@ class _BulkSend:
             written = moved(x.item.record, x.move) if ok else None
             rec = x.item.record
             try:
-                report = d._finish(x.attempt, x.move, written)
+                report = d.finish(x.attempt, x.move, written)
             except LedgerError as exc:  # a late reply's note could not be written
-                lost = d._not_recorded(x.attempt, x.move, exc)
+                lost = d.not_recorded(x.attempt, x.move, exc)
                 report = Report(Outcome.DISPATCHED, rec, None, str(lost))
             yield Settled(x.item.line, rec.action_id, report)
 
@@ -396,7 +464,7 @@ class BulkDispatch(_BulkSend):
 
     def __init__(  # noqa: PLR0913  (submit_many's options, passed through)
         self,
-        dispatcher: Dispatcher,
+        dispatcher: Sender,
         provider: str,
         operation: str,
         *,
@@ -481,7 +549,7 @@ class BulkDispatch(_BulkSend):
             except Conflict as exc:
                 found.append(Settled(number, rec.action_id, problem=str(exc), conflict=True))
                 continue
-            found.append(Settled(number, rec.action_id, _as_found(stored, EXISTS)))
+            found.append(Settled(number, rec.action_id, as_found(stored, EXISTS)))
         self._send(claimed, pool)
         yield from found
 
@@ -497,7 +565,7 @@ class BulkRetry(_BulkSend):
 
     def __init__(
         self,
-        dispatcher: Dispatcher,
+        dispatcher: Sender,
         provider: str,
         *,
         recheck: bool = True,
@@ -515,7 +583,6 @@ class BulkRetry(_BulkSend):
                                   actor="recheck", probe=dispatcher.probe)  # fmt: skip
 
     def _claim(self, batch: list[Line], pool: ThreadPoolExecutor) -> Iterator[Settled]:
-        from .dispatch import retry_problem
         from .reconcile import Recheck
         from .resolve import NO_RECHECK
 
@@ -545,7 +612,7 @@ class BulkRetry(_BulkSend):
                 yield Settled(number, rec.action_id, problem=str(check.refusal("the retry")),
                               refused=True, record=check.record)  # fmt: skip
                 continue
-            declared = d._declared(rec)
+            declared = d.declared_for(rec)
             reopen = policy.reopen(rec, declared, now, actor=d.actor, recheck=check.note)
             fresh = moved(rec, reopen)
             snapshot = (

@@ -6,6 +6,13 @@ one retry budget, then the outcome written under the same lease. What each reply
 means and where the record goes is ``settled.policy``'s to say; this module only
 fetches, calls and writes. The caller that loses the claim never calls the provider.
 
+The bulk path (``settled.bulk``, behind ``submit_many`` and ``retry_many``) claims and
+commits in groups but sends through the same steps, the dispatcher's public seam:
+``declared_for`` (what governs a record), ``send_claimed`` (one claimed attempt's tries,
+writing nothing), ``outcome_move`` (where they put the record), ``finish`` (the report
+once that move is written) and ``not_recorded`` (what a failed write means). The words
+both paths share (``Report``, ``Attempt``, ``as_found``…) live in ``settled.sending``.
+
 Before every try the dispatcher checks its lease on the ledger's steady clock, and
 hands the provider the instant the lease lapses (``Request.send_by``): a process
 paused after its claim (Ctrl-Z, a stopped VM, slow DNS) never starts a request its
@@ -15,108 +22,39 @@ and the consistency window are over.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from . import crashpoints, policy
 from .clock import Clock, from_text, steady
 from .crashpoints import Probe, no_probe
-from .errors import InvalidInput, LedgerError, OutcomeNotRecorded, TransitionNotAllowed
-from .model import ActionRecord, Declared, Status, check_action_id
+from .errors import LedgerError, OutcomeNotRecorded, TransitionNotAllowed
+from .model import ActionRecord, Declared, Move, Status, WireResult, check_action_id
 from .policy import Verdict
-from .providers.base import Provider, Providers, WireResult
-from .storage import Ledger, Move
+from .providers.base import Provider, Providers
+from .sending import (
+    DEFAULT_BACKOFF,
+    DEFAULT_LEASE_GRACE,
+    EXISTS,
+    RESULT_BY_STATUS,
+    Attempt,
+    DispatchSettings,
+    Outcome,
+    Report,
+    Result,
+    as_found,
+    check_params_json,
+    retry_problem,
+    with_reason,
+)
+from .storage import Ledger
 from .throttle import Gate
 
 if TYPE_CHECKING:
     from .bulk import Line, Settled
     from .reconcile import Recheck
-
-DEFAULT_LEASE_GRACE = 30.0
-DEFAULT_BACKOFF = 0.05  # s before the first repeat; doubles, capped at 2 s
-
-
-class Outcome(StrEnum):
-    """What a dispatch/confirm call did (rule 8 in docs/rules.md)."""
-
-    DISPATCHED = "dispatched"
-    RECORDED = "recorded"  # dispatch --needs-confirmation: waiting for confirm
-    ALREADY_COMPLETED = "already_completed"
-    IN_PROGRESS = "in_progress"
-    BLOCKED = "blocked"
-    NOT_FOUND = "not_found"
-
-
-class Result(StrEnum):
-    """The real result of a call this process made."""
-
-    SUCCEEDED = "succeeded"  # CONFIRMED: the effect was observed
-    ACCEPTED = "accepted"  # AWAITING_VERIFICATION: taken by the provider, not yet observed
-    FAILED = "failed"  # FAILED: provably not applied
-    UNRESOLVED = "unresolved"  # DENIED_UNRESOLVED: nobody knows yet
-
-
-RESULT_BY_STATUS = {
-    Status.CONFIRMED: Result.SUCCEEDED,
-    Status.AWAITING_VERIFICATION: Result.ACCEPTED,
-    Status.FAILED: Result.FAILED,
-    Status.DENIED_UNRESOLVED: Result.UNRESOLVED,
-}
-EXISTS = "action already exists with the same params; nothing sent"
-
-
-@dataclass
-class Report:
-    """A call's answer: the record as it now stands, what happened, and why."""
-
-    outcome: Outcome
-    record: ActionRecord | None
-    result: Result | None = None
-    message: str = ""
-    action_id: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = (
-            self.record.to_json() if self.record else {"action_id": self.action_id}
-        )
-        data["outcome"] = str(self.outcome)
-        data["result"] = str(self.result) if self.result else None
-        data["message"] = self.message
-        return data
-
-
-@dataclass
-class Attempt:
-    """One claimed attempt on its way: what its tries saw, for its outcome."""
-
-    claimed: ActionRecord
-    declared: Declared
-    taken: policy.Claim
-    verdicts: list[Verdict] = field(default_factory=list)
-    tries: list[dict[str, Any]] = field(default_factory=list)
-    wire: WireResult | None = None
-    late_send: bool = False
-    lapsed: bool = False
-    held: bool = False  # a provider's Retry-After outlasted the lease: never started
-
-    @property
-    def verdict(self) -> Verdict:
-        return policy.settle_verdict(self.verdicts)
-
-
-@dataclass
-class DispatchSettings:
-    lease_grace: float = DEFAULT_LEASE_GRACE
-    backoff: float = DEFAULT_BACKOFF
-    group: int | None = None  # bulk: actions per claim transaction (None: settled.bulk's)
-    # Providers whose callbacks are received (rule 16): once an outcome is written, the
-    # callbacks kept for it meanwhile are matched at once (else by the next pass).
-    callbacks: frozenset[str] = frozenset()
 
 
 class Dispatcher:
@@ -168,7 +106,7 @@ class Dispatcher:
         if needs_confirmation:
             record, created = self.ledger.record(rec, actor=self.actor)
             if not created:
-                return _as_found(record, EXISTS)
+                return as_found(record, EXISTS)
             return Report(
                 Outcome.RECORDED, record, message="recorded; run `settled confirm` to dispatch it"
             )
@@ -268,7 +206,7 @@ class Dispatcher:
         problem = retry_problem(record)
         if problem:
             raise TransitionNotAllowed(problem)
-        declared = self._declared(record)
+        declared = self.declared_for(record)
         note = self.recheck(record, recheck=recheck).note
         reopened = self.ledger.move(
             policy.reopen(record, declared, self.clock.now(), actor=self.actor, recheck=note)
@@ -294,9 +232,10 @@ class Dispatcher:
         return seen
 
     # ---------------------------------------------------------------- the send
-    def _declared(self, record: ActionRecord) -> Declared:
+    def declared_for(self, record: ActionRecord) -> Declared:
         """The declarations that govern ``record``: those stored with it (rule 11);
-        today's config only for records made before declarations were stored."""
+        today's config only for records made before declarations were stored. Part of
+        the seam the bulk path sends through."""
         if record.declared is not None:
             return record.declared
         return Declared.of(self.registry.operation(record.provider, record.operation))
@@ -305,25 +244,25 @@ class Dispatcher:
         """Record and claim in one durable transaction (the ``recorded`` and ``claimed``
         events, in that order), committed before the request leaves: one fsync fewer
         than recording first. The caller that finds the id taken claims nothing."""
-        declared = self._declared(rec)
+        declared = self.declared_for(rec)
         provider = self.registry.provider(rec.provider)
         snapshot = None
         if declared.snapshots:
             # A snapshot is a query: never spend one on an id that already exists.
             if self.ledger.find(rec.action_id) is not None:
                 record, _ = self.ledger.record(rec, actor=self.actor)  # Conflict or the same
-                return _as_found(record, EXISTS)
+                return as_found(record, EXISTS)
             snapshot = provider.snapshot(rec.operation, rec.params)
         taken = self._claim(rec, declared, snapshot)
         self.probe("before_claim")
         claimed, created = self.ledger.record_and_claim(rec, actor=self.actor, claim=taken.move)
         if not created:
-            return _as_found(claimed, EXISTS)
+            return as_found(claimed, EXISTS)
         self.probe("after_claim")
         return self._execute(claimed, declared, provider, taken)
 
     def _send(self, record: ActionRecord) -> Report:
-        declared = self._declared(record)
+        declared = self.declared_for(record)
         provider = self.registry.provider(record.provider)
         snapshot = (
             provider.snapshot(record.operation, record.params) if declared.snapshots else None
@@ -333,7 +272,7 @@ class Dispatcher:
         claimed = self.ledger.move(taken.move)
         if claimed is None:  # another caller won the claim: report what it left
             current = self.ledger.get(record.action_id)
-            return _as_found(current, f"claimed by another caller; now {current.status}")
+            return as_found(current, f"claimed by another caller; now {current.status}")
         self.probe("after_claim")
         return self._execute(claimed, declared, provider, taken)
 
@@ -347,14 +286,14 @@ class Dispatcher:
         self, claimed: ActionRecord, declared: Declared, provider: Provider, taken: policy.Claim
     ) -> Report:
         """Send a claimed action within the one retry budget; write its outcome."""
-        sent = self._attempt(claimed, declared, provider, taken)
-        move = self._outcome_move(sent)
+        sent = self.send_claimed(claimed, declared, provider, taken)
+        move = self.outcome_move(sent)
         try:
-            return self._finish(sent, move, self.ledger.move(move))
+            return self.finish(sent, move, self.ledger.move(move))
         except LedgerError as exc:
-            raise self._not_recorded(sent, move, exc) from None
+            raise self.not_recorded(sent, move, exc) from None
 
-    def _attempt(
+    def send_claimed(
         self,
         claimed: ActionRecord,
         declared: Declared,
@@ -364,7 +303,8 @@ class Dispatcher:
     ) -> Attempt:
         """The tries of one claimed attempt, within its retry budget and its lease. Reads
         and writes no ledger, so the bulk path runs it on several threads at once; a
-        ``gate`` holds the provider's limit on requests in flight and its Retry-After."""
+        ``gate`` holds the provider's limit on requests in flight and its Retry-After.
+        Its outcome is ``outcome_move``'s to say and the caller's to write."""
         sent = Attempt(claimed, declared, taken)
         for n in range(1, max(1, declared.attempts) + 1):
             with _slot(gate):
@@ -402,8 +342,9 @@ class Dispatcher:
             self.clock.sleep(pause)
         return sent
 
-    def _outcome_move(self, sent: Attempt) -> Move:
-        """Where the attempt's tries put the record (``policy.outcome``)."""
+    def outcome_move(self, sent: Attempt) -> Move:
+        """Where the attempt's tries put the record (``policy.outcome``), not written.
+        An attempt that never started (``lapsed`` with no try) is FAILED, never sent."""
         never_started = sent.lapsed and not sent.verdicts
         if never_started:
             sent.tries.append({"try": len(sent.tries) + 1, "verdict": str(Verdict.NEVER_SENT),
@@ -422,13 +363,14 @@ class Dispatcher:
                 if sent.held
                 else "never sent: the lease lapsed before the request could start"
             )
-            move = _reason(move, why)
+            move = with_reason(move, why)
         return move
 
-    def _finish(self, sent: Attempt, move: Move, written: ActionRecord | None) -> Report:
+    def finish(self, sent: Attempt, move: Move, written: ActionRecord | None) -> Report:
         """The report of an attempt whose outcome ``move`` was written (``written``), or
-        whose guard failed (None: the lease lapsed and the record moved on). A
-        ``LedgerError`` here is the caller's to turn into ``_not_recorded``."""
+        whose guard failed (None: the lease lapsed and the record moved on; a late
+        reply is still written as evidence). A ``LedgerError`` here is the caller's to
+        turn into ``not_recorded``."""
         final = written
         if final is None:
             now = from_text(move.at) or self.clock.now()
@@ -459,7 +401,7 @@ class Dispatcher:
     def _lease_left(self, taken: policy.Claim) -> float:
         return (taken.lease_until - self.clock.now()).total_seconds()
 
-    def _not_recorded(self, sent: Attempt, move: Move, exc: LedgerError) -> OutcomeNotRecorded:
+    def not_recorded(self, sent: Attempt, move: Move, exc: LedgerError) -> OutcomeNotRecorded:
         """What a ledger failure after the claim means: "nothing was changed" would be
         false once a request may have left, so the record's status is the answer."""
         claimed = sent.claimed
@@ -500,24 +442,6 @@ class Dispatcher:
         return self.ledger.get(record.action_id)
 
 
-def retry_problem(record: ActionRecord) -> str:
-    """Why ``record`` cannot be retried now (rule 6), or "" when it can."""
-    aid = record.action_id
-    if record.status is Status.DENIED_UNRESOLVED:
-        return (
-            f"action {aid} is DENIED_UNRESOLVED: the last attempt may have applied; "
-            "run `settled reconcile` or `settled resolve` first"
-        )
-    if record.status is not Status.FAILED:
-        return f"action {aid} is {record.status}; retry is allowed only from FAILED"
-    if record.contradiction:
-        return (
-            f"action {aid} is FAILED, but later evidence contradicts it "
-            f"({record.contradiction}); `settled resolve` it first"
-        )
-    return ""
-
-
 _NO_GATE = nullcontext()  # reusable: the single path holds no provider slot
 
 
@@ -535,36 +459,21 @@ def _try_detail(n: int, wire: WireResult, verdict: Verdict) -> dict[str, Any]:
     }
 
 
-def _reason(move: Move, reason: str) -> Move:
-    from dataclasses import replace
-
-    values = {**move.values, "reason": reason}
-    return replace(move, values=values, detail={**move.detail, "reason": reason})
-
-
-def _as_found(record: ActionRecord, msg: str) -> Report:
-    """Rule 8's answers for a record this caller did not send."""
-    if record.terminal:
-        return Report(Outcome.ALREADY_COMPLETED, record, RESULT_BY_STATUS[record.status], msg)
-    if record.status is Status.DENIED_UNRESOLVED:
-        return Report(Outcome.BLOCKED, record, Result.UNRESOLVED, msg)
-    return Report(Outcome.IN_PROGRESS, record, None, msg)
-
-
-def check_params_json(params: Any) -> str:
-    """Params as stored and sent: strict JSON (no NaN/Infinity, valid UTF-8), checked
-    before anything is recorded, so that a request can never fail to encode after
-    its claim."""
-    try:
-        text = json.dumps(params, sort_keys=True, ensure_ascii=False, allow_nan=False)
-        text.encode("utf-8")
-    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
-        raise InvalidInput(f"params are not valid JSON: {exc}") from None
-    except RecursionError:
-        raise InvalidInput("params are nested too deeply") from None
-    return text
-
-
 classify = policy.classify  # the one place wire results get their meaning, re-exported
 
-__all__ = ["DispatchSettings", "Dispatcher", "Outcome", "Report", "Result", "Verdict", "classify"]
+__all__ = [
+    "DEFAULT_BACKOFF",
+    "DEFAULT_LEASE_GRACE",
+    "EXISTS",
+    "RESULT_BY_STATUS",
+    "Attempt",
+    "DispatchSettings",
+    "Dispatcher",
+    "Outcome",
+    "Report",
+    "Result",
+    "Verdict",
+    "check_params_json",
+    "classify",
+    "retry_problem",
+]

@@ -1,13 +1,17 @@
 """The domain: capability tiers, statuses on three axes, the dispatch strategy,
-the action record, and the one table of allowed status moves.
+the action record, the one table of allowed status moves, the wire's data types (what
+a provider is handed for one try and what it reports), and the ``Move`` that is the
+one way a record changes.
 
-Nothing here touches storage or the network.
+Nothing here touches storage or the network; the pure policy (``settled.policy``)
+speaks only in these words.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
@@ -445,3 +449,158 @@ def params_hash(params: Any) -> str:
 
     canon = json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canon.encode()).hexdigest()
+
+
+# ------------------------------------------------------------------ the wire's vocabulary
+# What a provider is handed for one try and what it reports back: plain data the policy
+# reads. Providers (``settled.providers.base``) re-export these names for plugins.
+
+
+@dataclass(frozen=True)
+class Request:
+    """Everything a provider may put on the wire for one try."""
+
+    action_id: str
+    operation: str
+    params: Any
+    idempotency_key: str
+    reconciliation_key: str | None
+    attempt: int
+    # The TOTAL deadline of this try in seconds: connect, write and read together.
+    timeout: float
+    # A ``settled.clock.steady()`` instant after which the request must not start to
+    # be written (the dispatcher's lease lapses then); None = no limit. The steady
+    # clock counts time suspended: a machine that slept past the lease sends nothing.
+    send_by: float | None = None
+
+
+class Wire(StrEnum):
+    NOT_CONNECTED = "not_connected"  # nothing left this machine (refused, DNS)
+    NO_ANSWER = "no_answer"  # sent (or maybe sent), no answer: timeout, reset, drop
+    ANSWERED = "answered"  # a status line came back
+
+
+@dataclass(frozen=True)
+class WireResult:
+    """What happened on the wire. ``applied`` is the provider's reading of the body:
+    True when the reply itself proves the effect (a booking id), False when the body
+    says it was not applied, None when the body proves nothing. A conflict (``conflict``)
+    is never proof: it says an earlier try *may* have applied, and the query decides."""
+
+    wire: Wire
+    status_code: int | None = None
+    object_id: str | None = None
+    applied: bool | None = None
+    detail: str = ""
+    # A declared conditional-write conflict (409/412 on a create with the same key):
+    # "an earlier try may have applied this"; never proof, the query must verify it.
+    conflict: bool = False
+    # ``settled.clock.steady()`` when the request started to be written; None = nothing was.
+    written_at: float | None = None
+    # Seconds from a ``Retry-After`` header on a 429 or 503 reply.
+    retry_after: float | None = None
+
+
+class Seen(StrEnum):
+    APPLIED = "applied"  # the effect is there and attributable to this action
+    NOT_APPLIED = "not_applied"  # proof it is not and will not be (bounce, 404 = absent)
+    NOT_YET = "not_yet"  # nothing visible yet
+    AMBIGUOUS = "ambiguous"  # something changed but it cannot be attributed
+    UNKNOWN = "unknown"  # the query itself failed
+
+
+@dataclass(frozen=True)
+class QueryTarget:
+    action_id: str
+    operation: str
+    params: Any
+    reconciliation_key: str | None
+    provider_object_id: str | None
+    snapshot: Any
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Observation:
+    seen: Seen
+    object_id: str | None = None
+    detail: str = ""
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    by_absence: bool = False  # NOT_APPLIED concluded from absence (404, no match), not a status
+
+
+# ------------------------------------------------------------------ the one way a record changes
+
+
+# Columns a move may set. Names never come from user input, and this set keeps it so.
+WRITABLE = frozenset(
+    {
+        "status",
+        "delivery",
+        "acceptance",
+        "attempt",
+        "idempotency_key",
+        "reconciliation_key",
+        "eligible_at",
+        "dispatch_id",
+        "provider_object_id",
+        "dispatched_at",
+        "confirmed_at",
+        "confirmed_by",
+        "lease_owner",
+        "lease_expires_at",
+        "next_check_at",
+        "verify_started_at",
+        "verify_deadline_at",
+        "checks",
+        "reason",
+        "snapshot",
+        "lands_by",
+        "contradiction",
+        "counted_checks",
+        "check_error",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Move:
+    """A guarded change to one record, and the event that records it.
+
+    It applies only while the record is in ``frm`` (and, when given, leased to
+    ``owner`` and at ``attempt``). ``kind`` None is a change of schedule only (``to``
+    must equal ``frm``): no event. A ``NOTE`` appends evidence without moving the
+    record. ``correction`` marks a person's verdict on a contradicted terminal
+    record (``CORRECTIONS``); ``by_evidence`` an observation that outweighs a
+    FAILED status (``EVIDENCE_CORRECTIONS``, guarded on the attempt)."""
+
+    action_id: str
+    frm: Status
+    to: Status
+    at: str
+    actor: str
+    kind: EventKind | None
+    values: Mapping[str, Any] = field(default_factory=dict)
+    detail: Mapping[str, Any] = field(default_factory=dict)
+    owner: str | None = None
+    attempt: int | None = None
+    correction: bool = False
+    by_evidence: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind is not None and self.kind.may_stay and self.frm is self.to:
+            pass  # evidence on a record that stays where it is (a terminal one included)
+        elif self.kind is None or self.kind.changes_nothing:
+            if self.frm is not self.to:
+                raise ValueError(
+                    f"{self.kind or 'a schedule change'} cannot move {self.frm} → {self.to}"
+                )
+        else:
+            check_transition(
+                self.frm, self.to, correction=self.correction, by_evidence=self.by_evidence
+            )
+            if self.by_evidence and (self.kind is not EventKind.RECONCILED or self.attempt is None):
+                raise ValueError("a correction by evidence is a reconciled move on one attempt")
+        bad = set(self.values) - WRITABLE
+        if bad:
+            raise ValueError(f"not writable: {sorted(bad)}")

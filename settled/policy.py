@@ -32,16 +32,21 @@ from .model import (
     Declared,
     Delivery,
     EventKind,
+    Move,
+    Observation,
     PendingCallback,
+    QueryTarget,
     Reported,
+    Request,
+    Seen,
     Status,
     Tier,
+    Wire,
+    WireResult,
     build_strategy,
     idempotency_key,
     params_hash,
 )
-from .providers.base import Observation, QueryTarget, Request, Seen, Wire, WireResult
-from .storage.base import Move
 
 MAX_BACKOFF = 2.0  # s: the longest pause between two tries of one attempt
 DETAIL = 200  # characters of a provider's detail kept in a reason

@@ -46,9 +46,9 @@ from .errors import (
     TransitionNotAllowed,
     UnknownProvider,
 )
-from .model import ActionRecord, Declared, Status
-from .providers.base import Observation, OperationSpec, Providers, Seen
-from .storage import DUE_STATUSES, Ledger, Move
+from .model import ActionRecord, Declared, Move, Observation, Seen, Status
+from .providers.base import OperationSpec, Providers
+from .storage import DUE_STATUSES, Ledger
 from .throttle import Gate, Gates
 
 DEFAULT_BATCH = 200
@@ -371,7 +371,7 @@ class Reconciler:
         ``max_in_flight`` at once to it; deciding and writing stay on this thread, in
         the same group commits as a pass in turn (see ``_Fanout``)."""
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="settled-check") as pool:
-            fan = _Fanout(self, pool, lease_next, report, group)
+            fan = _Fanout(self, pool, lease_next, report, group, self._steps())
             fan.run()
         fan.hand_back_unchecked()
         if fan.failure is not None:
@@ -642,6 +642,9 @@ class Reconciler:
             return None
         return _Job(rec, declared, owner, self.gates[rec.provider])
 
+    def _steps(self) -> _Steps:
+        return _Steps(self._prepare, self._query, self._conclude)
+
     def _query(self, job: _Job) -> Observation | None:
         """The query (any thread): None when the provider asked for a pause, before
         or in its answer (429/503): no attempt was made, and none is counted."""
@@ -744,6 +747,17 @@ def _hold(obs: Observation) -> float | None:
                             getattr(obs, "retry_after", None), DEFAULT_QUERY_HOLD)  # fmt: skip
 
 
+@dataclass(frozen=True)
+class _Steps:
+    """The steps of checking one record, which a concurrent pass (``_Fanout``) drives:
+    ``prepare`` on the pass's thread, ``query`` on the pool, ``conclude`` on the pass's
+    thread again (``Reconciler._prepare``, ``_query`` and ``_conclude``)."""
+
+    prepare: Callable[[ActionRecord, str, PassReport, _Group], _Job | None]
+    query: Callable[[_Job], Observation | None]
+    conclude: Callable[[_Job, Observation | None, PassReport, _Group], None]
+
+
 class _Fanout:
     """One concurrent pass's bookkeeping. This thread leases rows, prepares each one
     (judging what needs no query), starts its query on the pool when its provider has
@@ -759,8 +773,10 @@ class _Fanout:
         lease_next: Callable[[], tuple[list[ActionRecord], str] | None],
         report: PassReport,
         group: _Group,
+        steps: _Steps,
     ) -> None:
         self.r = owner
+        self.steps = steps
         self.pool = pool
         self.lease_next = lease_next
         self.report = report
@@ -796,7 +812,7 @@ class _Fanout:
             if isinstance(obs, BaseException):
                 self.failure = self.failure or obs
             else:
-                self.r._conclude(job, obs, self.report, self.group)
+                self.steps.conclude(job, obs, self.report, self.group)
             if self.group.stale():
                 self.group.flush()
 
@@ -814,7 +830,7 @@ class _Fanout:
 
     def _query(self, job: _Job) -> None:
         try:
-            self.done.put((job, self.r._query(job)))
+            self.done.put((job, self.steps.query(job)))
         except BaseException as exc:  # handed to the pass's thread, which raises it
             self.done.put((job, exc))
 
@@ -844,7 +860,7 @@ class _Fanout:
                 return
             rec, owner = self.rows.popleft()
             self.report.examined += 1
-            job = self.r._prepare(rec, owner, self.report, self.group)
+            job = self.steps.prepare(rec, owner, self.report, self.group)
             if job is None:
                 continue
             if self._free(rec.provider):

@@ -13,9 +13,9 @@ from datetime import datetime
 
 from . import policy
 from .errors import InvalidInput, RecheckFailed, TransitionNotAllowed
-from .model import ActionRecord, Status
+from .model import ActionRecord, Move, Status
 from .providers.base import Providers
-from .storage import Ledger, Move
+from .storage import Ledger
 
 NO_RECHECK = "skipped (--no-recheck)"
 

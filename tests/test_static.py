@@ -7,6 +7,7 @@ import ast
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from support import ROOT
 
@@ -61,3 +62,94 @@ def test_no_sql_and_no_database_driver_outside_the_storage_package() -> None:
             elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in DRIVERS:
                 found.append(f"{where}: imports from {node.module}")
     assert found == []
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_module(name: str) -> bool:
+    where = ROOT.joinpath(*name.split("."))
+    return where.with_suffix(".py").is_file() or (where / "__init__.py").is_file()
+
+
+def settled_imports(path: Path, *, at_load: bool = False) -> set[str]:
+    """The settled modules ``path`` imports: everywhere in it (inside functions and
+    ``if TYPE_CHECKING`` too), or with ``at_load`` only its top-level statements."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    me = _module(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    found: set[str] = set()
+    for node in tree.body if at_load else ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "settled"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            if source.split(".")[0] != "settled":
+                continue
+            subs = {f"{source}.{a.name}" for a in node.names if _is_module(f"{source}.{a.name}")}
+            found |= subs
+            if node.module or not subs:  # `from . import x` loads x, not its package again
+                found.add(source)
+    return found - {me}
+
+
+def import_graph(*, at_load: bool = False) -> dict[str, set[str]]:
+    paths = {_module(p): p for p in sorted((ROOT / "settled").rglob("*.py"))}
+    return {m: settled_imports(p, at_load=at_load) & set(paths) for m, p in paths.items()}
+
+
+def test_the_pure_policy_imports_the_model_only() -> None:
+    """The policy decides from the domain's words alone: the record, the ``Move`` it
+    returns and the wire's data types are all ``settled.model``'s; the model itself
+    leans only on the clock's pure text helpers and the errors."""
+    allowed = {
+        "settled.policy": {"settled.model", "settled.clock"},
+        "settled.model": {"settled.clock", "settled.errors"},
+        "settled.clock": set(),
+        "settled.errors": set(),
+    }
+    for module, may in allowed.items():
+        path = ROOT.joinpath(*module.split(".")).with_suffix(".py")
+        assert settled_imports(path) <= may, (module, sorted(settled_imports(path) - may))
+
+
+def test_bulk_reaches_the_dispatcher_only_through_its_seam() -> None:
+    """Bulk and dispatch are one component without a circle: ``settled.dispatch``
+    starts a bulk run, and nothing ``settled.bulk`` imports, even for types or inside
+    a function, leads back to it; the words both share are ``settled.sending``'s."""
+    graph = import_graph()
+    seen: set[str] = set()
+    todo = ["settled.bulk"]
+    while todo:
+        for nxt in graph[todo.pop()] - seen - {"settled"}:  # the package's lazy names
+            seen.add(nxt)
+            todo.append(nxt)
+    assert "settled.dispatch" not in seen
+    assert not graph["settled.sending"] & {"settled.bulk", "settled.dispatch"}
+
+
+def test_no_module_imports_itself_back_while_it_loads() -> None:
+    """Top-level imports form no circle: a module never depends on one that is still
+    half loaded (imports inside functions stay lazy for the cold start)."""
+    graph = import_graph(at_load=True)
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> list[str]:
+        state[module] = 1
+        for nxt in sorted(graph[module]):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt] if nxt in path else [module, nxt]
+            if nxt not in state and (circle := visit(nxt, [*path, nxt])):
+                return circle
+        state[module] = 2
+        return []
+
+    for module in sorted(graph):
+        if module not in state:
+            assert visit(module, [module]) == []

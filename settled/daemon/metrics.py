@@ -23,7 +23,7 @@ that ``/healthz`` lives beside ``/metrics`` on one port.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -102,7 +102,7 @@ class Metrics:
         self._failing: dict[str, int] = {}
         self._ok: bool | None = None  # None: no pass has finished yet
         self._why = "no pass has finished yet"
-        r.register(_QueueCollector(self))
+        r.register(_QueueCollector(lambda: (self._queue, self._failing)))
         for result in ("ok", "failed"):
             self.passes.labels(result)  # exported at 0 from the start
         self._server: ThreadingHTTPServer | None = None
@@ -226,8 +226,13 @@ class Metrics:
 
 
 class _QueueCollector:
-    def __init__(self, metrics: Metrics) -> None:
-        self.metrics = metrics
+    """Exports the figures of the last pass; ``read`` returns them as they now stand
+    (queue depth by status and provider, failing checks by provider)."""
+
+    def __init__(
+        self, read: Callable[[], tuple[dict[tuple[str, str], int], dict[str, int]]]
+    ) -> None:
+        self.read = read
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
@@ -237,7 +242,8 @@ class _QueueCollector:
             "Open records by status and provider, as of the last pass.",
             labels=["status", "provider"],
         )
-        for (status, provider), n in sorted(self.metrics._queue.items()):
+        queue, failing = self.read()
+        for (status, provider), n in sorted(queue.items()):
             g.add_metric([status, provider], n)
         yield g
         f = GaugeMetricFamily(
@@ -246,7 +252,7 @@ class _QueueCollector:
             "unusable), by provider, as of the last pass.",
             labels=["provider"],
         )
-        for provider, n in sorted(self.metrics._failing.items()):
+        for provider, n in sorted(failing.items()):
             f.add_metric([provider], n)
         yield f
 

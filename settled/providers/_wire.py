@@ -162,14 +162,14 @@ def deadline_transport(verify: Any) -> httpx.HTTPTransport:
     builds is swapped for an equal one that has ours; ``test_http_deadline`` proves
     the swap takes effect."""
     transport = httpx.HTTPTransport(verify=verify, trust_env=False)
-    pool = transport._pool
+    pool = transport._pool  # noqa: SLF001  (no public way, see above)
     if isinstance(pool, httpcore.ConnectionPool):
         # Bulk dispatch and concurrent checks share one client from up to 100 threads:
         # keep a connection alive for each (httpx keeps 20; past 20 threads, requests
         # would keep opening new connections).
         limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
-        transport._pool = httpcore.ConnectionPool(
-            ssl_context=pool._ssl_context,
+        transport._pool = httpcore.ConnectionPool(  # noqa: SLF001  (the swap, see above)
+            ssl_context=pool._ssl_context,  # noqa: SLF001  (the same TLS settings httpx chose)
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry,

@@ -4,17 +4,31 @@ where the tier allows, ``query``.
 Providers report what happened *on the wire*; they never decide what it means for
 the action and never retry. The dispatcher classifies (rule 3 in docs/rules.md) and owns
 the one retry budget.
+
+The wire's data types (``Request``, ``WireResult``, ``Wire``, ``QueryTarget``,
+``Observation``, ``Seen``) are the model's vocabulary (``settled.model``), which the pure
+policy reads; they are re-exported here because a provider plugin imports them with
+``BaseProvider`` and ``OperationSpec``.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from ..model import DEFAULT_CONSISTENCY_WINDOW, DEFAULT_MIN_CHECKS, Tier
+from ..model import (
+    DEFAULT_CONSISTENCY_WINDOW,
+    DEFAULT_MIN_CHECKS,
+    Observation,
+    QueryTarget,
+    Request,
+    Seen,
+    Tier,
+    Wire,
+    WireResult,
+)
 
 
 @dataclass(frozen=True)
@@ -92,79 +106,6 @@ class OperationSpec:
         }
 
 
-@dataclass(frozen=True)
-class Request:
-    """Everything a provider may put on the wire for one try."""
-
-    action_id: str
-    operation: str
-    params: Any
-    idempotency_key: str
-    reconciliation_key: str | None
-    attempt: int
-    # The TOTAL deadline of this try in seconds: connect, write and read together.
-    timeout: float
-    # A ``settled.clock.steady()`` instant after which the request must not start to
-    # be written (the dispatcher's lease lapses then); None = no limit. The steady
-    # clock counts time suspended: a machine that slept past the lease sends nothing.
-    send_by: float | None = None
-
-
-class Wire(StrEnum):
-    NOT_CONNECTED = "not_connected"  # nothing left this machine (refused, DNS)
-    NO_ANSWER = "no_answer"  # sent (or maybe sent), no answer: timeout, reset, drop
-    ANSWERED = "answered"  # a status line came back
-
-
-@dataclass(frozen=True)
-class WireResult:
-    """What happened on the wire. ``applied`` is the provider's reading of the body:
-    True when the reply itself proves the effect (a booking id), False when the body
-    says it was not applied, None when the body proves nothing. A conflict (``conflict``)
-    is never proof: it says an earlier try *may* have applied, and the query decides."""
-
-    wire: Wire
-    status_code: int | None = None
-    object_id: str | None = None
-    applied: bool | None = None
-    detail: str = ""
-    # A declared conditional-write conflict (409/412 on a create with the same key):
-    # "an earlier try may have applied this"; never proof, the query must verify it.
-    conflict: bool = False
-    # ``settled.clock.steady()`` when the request started to be written; None = nothing was.
-    written_at: float | None = None
-    # Seconds from a ``Retry-After`` header on a 429 or 503 reply.
-    retry_after: float | None = None
-
-
-class Seen(StrEnum):
-    APPLIED = "applied"  # the effect is there and attributable to this action
-    NOT_APPLIED = "not_applied"  # proof it is not and will not be (bounce, 404 = absent)
-    NOT_YET = "not_yet"  # nothing visible yet
-    AMBIGUOUS = "ambiguous"  # something changed but it cannot be attributed
-    UNKNOWN = "unknown"  # the query itself failed
-
-
-@dataclass(frozen=True)
-class QueryTarget:
-    action_id: str
-    operation: str
-    params: Any
-    reconciliation_key: str | None
-    provider_object_id: str | None
-    snapshot: Any
-    attempt: int
-
-
-@dataclass(frozen=True)
-class Observation:
-    seen: Seen
-    object_id: str | None = None
-    detail: str = ""
-    evidence: Mapping[str, Any] = field(default_factory=dict)
-    by_absence: bool = False  # NOT_APPLIED concluded from absence (404, no match), not a status
-
-
 @runtime_checkable
 class Provider(Protocol):
     name: str
@@ -212,3 +153,17 @@ class BaseProvider(ABC):
 
     def close(self) -> None:
         return None
+
+
+__all__ = [
+    "BaseProvider",
+    "Observation",
+    "OperationSpec",
+    "Provider",
+    "Providers",
+    "QueryTarget",
+    "Request",
+    "Seen",
+    "Wire",
+    "WireResult",
+]

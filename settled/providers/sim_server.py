@@ -247,6 +247,15 @@ class SimServer:
         self._thread.start()
         return self
 
+    def pause(self, seconds: float) -> None:
+        """Wait ``seconds`` (a slow provider, a hanging reply); ``stop()`` cuts it short."""
+        self._stopping.wait(seconds)
+
+    @property
+    def stopping(self) -> bool:
+        """True once ``stop()`` was called: a streaming reply ends early."""
+        return self._stopping.is_set()
+
     def stop(self) -> None:
         """Stop serving; returns promptly even while handlers hang or stream."""
         httpd, self._httpd = self._httpd, None
@@ -598,7 +607,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._read_body()
         path = self.path.split("?", 1)[0]
         if path.startswith("/v1/") and self.sim.latency > 0:
-            self.sim._stopping.wait(self.sim.latency)  # a query to a far provider waits too
+            self.sim.pause(self.sim.latency)  # a query to a far provider waits too
         if path == "/_truth":
             return self._send(_json(200, self.sim.truth()))
         if path.startswith("/v1/effects/"):
@@ -685,14 +694,15 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(_json(400, {"error": error or "body needs an action_id string"}))
         if rkey is not None and not isinstance(rkey, str):
             return self._send(_json(400, {"error": "reconciliation_key must be a string or null"}))
-        outcome = self.sim._process(op, body["action_id"], rkey, ikey, body.get("params"))
+        # The handler is the server's own part: it runs the server's step under its lock.
+        outcome = self.sim._process(op, body["action_id"], rkey, ikey, body.get("params"))  # noqa: SLF001
         delay = self.sim.latency + outcome.delay + _seconds(self.headers.get("X-Sim-Latency"))
         if delay > 0:
-            self.sim._stopping.wait(delay)  # outside the lock; stop() cuts it short
-        self.sim._call_back(outcome.effect, "before")  # overtakes the reply
+            self.sim.pause(delay)  # outside the lock; stop() cuts it short
+        self.sim._call_back(outcome.effect, "before")  # noqa: SLF001  (overtakes the reply)
         self._perform(outcome)
         self.wfile.flush()
-        self.sim._call_back(outcome.effect, "after")
+        self.sim._call_back(outcome.effect, "after")  # noqa: SLF001  (the server's own step)
 
     # -- the wire ---------------------------------------------------------------------
 
@@ -700,7 +710,7 @@ class _Handler(BaseHTTPRequestHandler):
         if outcome.wire == "reply" and outcome.reply is not None:
             return self._send(outcome.reply)
         if outcome.wire == "hang":
-            self.sim._stopping.wait(self.sim.hang)  # stop() cuts the hang short
+            self.sim.pause(self.sim.hang)  # stop() cuts the hang short
         elif outcome.wire == "reset":
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RST_LINGER)
         elif outcome.wire == "garbage":
@@ -729,7 +739,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(self.sim.huge_bytes))
         self.end_headers()
         for chunk in _huge_body(self.sim.huge_bytes):
-            if self.sim._stopping.is_set():
+            if self.sim.stopping:
                 self.close_connection = True
                 return
             self.wfile.write(chunk)

@@ -3,9 +3,10 @@ values that cross it. Code above this line speaks in operations (record, claim,
 move, lease a due batch), never in statements; each backend owns its SQL and maps
 its driver's errors to ``settled.errors.LedgerError`` at this boundary.
 
-A ``Move`` is the one way a record changes: a guarded status change (checked against
-the transition table) plus the fields that go with it and the event that records
-it, applied only while the record is still where the mover last saw it.
+A ``Move`` (defined in ``settled.model``, the domain's vocabulary) is the one way a
+record changes: a guarded status change (checked against the transition table) plus
+the fields that go with it and the event that records it, applied only while the
+record is still where the mover last saw it. Every backend applies it here.
 """
 
 from __future__ import annotations
@@ -23,96 +24,23 @@ from ..clock import Clock, from_text
 from ..crashpoints import Probe, no_probe
 from ..errors import Conflict, NotFound
 from ..model import (
+    WRITABLE,
     Acceptance,
     ActionRecord,
     Callback,
     Declared,
     Delivery,
     Event,
-    EventKind,
+    Move,
     PendingCallback,
     Reported,
     Status,
     Tier,
-    check_transition,
 )
 from .query import SORT_FIELDS
 
-# Columns a move may set. Names never come from user input, and this set keeps it so.
-WRITABLE = frozenset(
-    {
-        "status",
-        "delivery",
-        "acceptance",
-        "attempt",
-        "idempotency_key",
-        "reconciliation_key",
-        "eligible_at",
-        "dispatch_id",
-        "provider_object_id",
-        "dispatched_at",
-        "confirmed_at",
-        "confirmed_by",
-        "lease_owner",
-        "lease_expires_at",
-        "next_check_at",
-        "verify_started_at",
-        "verify_deadline_at",
-        "checks",
-        "reason",
-        "snapshot",
-        "lands_by",
-        "contradiction",
-        "counted_checks",
-        "check_error",
-    }
-)
-
 # Statuses a due scan may take: a lost dispatcher, or a record waiting for evidence.
 DUE_STATUSES = (Status.IN_FLIGHT, Status.AWAITING_VERIFICATION, Status.DENIED_UNRESOLVED)
-
-
-@dataclass(frozen=True)
-class Move:
-    """A guarded change to one record, and the event that records it.
-
-    It applies only while the record is in ``frm`` (and, when given, leased to
-    ``owner`` and at ``attempt``). ``kind`` None is a change of schedule only (``to``
-    must equal ``frm``): no event. A ``NOTE`` appends evidence without moving the
-    record. ``correction`` marks a person's verdict on a contradicted terminal
-    record (``model.CORRECTIONS``); ``by_evidence`` an observation that outweighs a
-    FAILED status (``model.EVIDENCE_CORRECTIONS``, guarded on the attempt)."""
-
-    action_id: str
-    frm: Status
-    to: Status
-    at: str
-    actor: str
-    kind: EventKind | None
-    values: Mapping[str, Any] = field(default_factory=dict)
-    detail: Mapping[str, Any] = field(default_factory=dict)
-    owner: str | None = None
-    attempt: int | None = None
-    correction: bool = False
-    by_evidence: bool = False
-
-    def __post_init__(self) -> None:
-        if self.kind is not None and self.kind.may_stay and self.frm is self.to:
-            pass  # evidence on a record that stays where it is (a terminal one included)
-        elif self.kind is None or self.kind.changes_nothing:
-            if self.frm is not self.to:
-                raise ValueError(
-                    f"{self.kind or 'a schedule change'} cannot move {self.frm} → {self.to}"
-                )
-        else:
-            check_transition(
-                self.frm, self.to, correction=self.correction, by_evidence=self.by_evidence
-            )
-            if self.by_evidence and (self.kind is not EventKind.RECONCILED or self.attempt is None):
-                raise ValueError("a correction by evidence is a reconciled move on one attempt")
-        bad = set(self.values) - WRITABLE
-        if bad:
-            raise ValueError(f"not writable: {sorted(bad)}")
 
 
 @dataclass(frozen=True)
