@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from support import ROOT
 
 PAGES = sorted(
@@ -123,3 +124,77 @@ def test_the_checks_see_what_they_check() -> None:
     assert "exit-codes" in anchors(readme)
     assert slug("`settled providers audit`") == "settled-providers-audit"
     assert prose("a\n```\n[x](nowhere.md)\n```\nb").split() == ["a", "b"]
+
+
+# Dotted names in docs/rules.md that are settled.toml keys, not code.
+CONFIG_KEYS = {"verify"}
+
+
+def _code_index() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """Every module's top-level names (by dotted path under settled and by its last
+    part) and every class's members, read with ast (no optional extra imported)."""
+    import ast
+
+    modules: dict[str, set[str]] = {}
+    classes: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "settled").rglob("*.py")):
+        parts = list(path.relative_to(ROOT / "settled").with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        names: set[str] = set()
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(node.name)
+            if isinstance(node, ast.ClassDef):
+                members = classes.setdefault(node.name, set())
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                        members.add(item.name)
+                    elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                        members.add(item.target.id)
+                    elif isinstance(item, ast.Assign):
+                        members |= {t.id for t in item.targets if isinstance(t, ast.Name)}
+            elif isinstance(node, ast.ImportFrom):  # a name a module re-exports
+                names |= {a.asname or a.name for a in node.names}
+            elif isinstance(node, ast.Assign | ast.AnnAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names |= {t.id for t in targets if isinstance(t, ast.Name)}
+        for key in {".".join(parts), parts[-1]} if parts else set():
+            modules.setdefault(key, set()).update(names)
+    return modules, classes
+
+
+def _traces(ref: str, modules: dict[str, set[str]], classes: dict[str, set[str]]) -> bool:
+    import settled
+
+    if ref.startswith("settled."):  # the public names, a module, or a name in one
+        ref = ref.removeprefix("settled.")
+        if ref in {*settled.__all__, "__version__"} or ref in modules:
+            return True
+    parts = ref.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        mod = ".".join(parts[:i])
+        if mod in modules:
+            rest = parts[i:]
+            if rest[0] not in modules[mod]:
+                return False
+            return len(rest) == 1 or (len(rest) == 2 and rest[1] in classes.get(rest[0], set()))
+    return len(parts) == 2 and parts[1] in classes.get(parts[0], set())
+
+
+@pytest.mark.parametrize("page", ["rules.md", "architecture.md"])
+def test_every_name_the_code_pages_cite_exists(page: str) -> None:
+    """docs/rules.md names, for each rule, the function that enforces it
+    (`policy.claim`, `Ledger.move`, `sqlite_schema.migrate`), and docs/architecture.md
+    names what each module holds: each dotted name is still defined there."""
+    modules, classes = _code_index()
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    refs = sorted(set(re.findall(r"`([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?:\(\))?`", text)))
+    refs = [r for r in refs if not r.endswith(".py") and r.split(".")[0] not in CONFIG_KEYS]
+    assert len(refs) > 10, refs
+    gone = [
+        f"docs/{page} names `{r}`, which settled/ does not define: name what the code holds now"
+        for r in refs
+        if not _traces(r, modules, classes)
+    ]
+    assert not gone, "\n".join(gone)
