@@ -3,7 +3,7 @@ declared windows their own history contradicts.
 
 Two parts per operation:
 
-1. **Five questions** (from the design notes), answered from the operation's
+1. **Five questions** (docs/providers.md), answered from the operation's
    declaration and from what settled itself enforces:
 
    - ``q1`` Does the return value tell queued from applied?

@@ -30,6 +30,7 @@ LEDGER_FREE = {
     "test_api", "test_callbacks_config", "test_client", "test_cli_usage", "test_cookbook", "test_docs", "test_docs_operator",
     "test_docs_providers", "test_http_config", "test_model", "test_rel_cli_usage",
     "test_rel_redaction", "test_sim", "test_static", "test_wire",
+    "test_docs_architecture", "test_docs_cli", "test_docs_links",
 }  # fmt: skip
 
 

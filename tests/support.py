@@ -34,6 +34,7 @@ COMMANDS = [
     "mcp",
     "migrate",
     "migrate-ledger",
+    "verify",
     "serve",
 ]
 

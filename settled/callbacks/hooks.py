@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from ..config import Config
     from ..storage import Ledger
 
-MAX_BODY = 1024 * 1024  # bytes: the default cap (DESIGN section 8, [serve] max_body)
+MAX_BODY = 1024 * 1024  # bytes: the default cap ([serve] max_body, docs/serve.md)
 Headers = Mapping[str, str] | Iterable[tuple[str | bytes, str | bytes]]
 
 

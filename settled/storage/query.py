@@ -43,7 +43,7 @@ SORT_FIELDS = (
 )
 _TIMES = {"created_at", "updated_at", "dispatched_at", "next_check_at", "confirmed_at"}
 _TEXTS = {"action_id", "provider", "operation", "delivery", "tier"}
-# Statuses sort in the order a record lives through them (DESIGN's status table).
+# Statuses sort in the order a record lives through them (`model.Status`'s order).
 STATUS_ORDER = (
     Status.PENDING,
     Status.IN_FLIGHT,
