@@ -99,19 +99,23 @@ def test_read_only_opening_never_creates_a_ledger(db_path: str) -> None:
     assert _tables(db_path) == set()
 
 
-def test_the_mark_is_written_with_the_first_step(
+def test_a_new_ledger_is_made_whole_or_not_at_all(
     db_path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Every step of a new ledger lands in one transaction with its mark: a process
+    that opens it meanwhile sees no ledger or the whole one, never a half-built schema
+    that a command that never migrates would refuse as older."""
+
     def boom(cur: Any) -> None:
         raise RuntimeError("stop after the first step")
 
     monkeypatch.setattr(postgres_schema, "MIGRATIONS", [postgres_schema.MIGRATIONS[0], ("x", boom)])
     with pytest.raises(RuntimeError):
         Ledger.open(db_path)
-    assert rawdb.execute(db_path, "SELECT application, version FROM settled_ledger") == [
-        ("settled", 1)
-    ]
-    assert "actions" in _tables(db_path)
+    assert "settled_ledger" not in _tables(db_path) and "actions" not in _tables(db_path)
+    monkeypatch.undo()
+    with Ledger.open(db_path) as led:  # made whole on the next open
+        assert led.schema_version() == postgres_schema.LATEST
 
 
 def test_a_newer_schema_is_refused(ledger: Ledger, db_path: str) -> None:

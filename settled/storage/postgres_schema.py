@@ -357,18 +357,21 @@ def inspect(cur: Cursor) -> tuple[int | None, list[str]]:
 
 
 def migrate(conn: Any, where: str, on_step: Callable[[int, str], None] | None = None) -> int:
-    """Apply every step not yet applied to the current schema, each in its own
-    transaction under an advisory lock, the first one marking the schema. Returns the
+    """Apply every step not yet applied to the current schema, under an advisory lock:
+    a new ledger whole in one transaction that also marks the schema, an existing one
+    a step a transaction. Returns the
     number of steps applied here. ``where`` names the ledger in errors; ``on_step``
     hears each step's number and name once it is committed."""
     applied = 0
-    for number, (name, step) in enumerate(MIGRATIONS, start=1):
-        done = False
+    number = 1
+    while number <= len(MIGRATIONS):
+        done: list[tuple[int, str]] = []
         with conn.transaction(), conn.cursor() as cur:
             cur.execute(
                 "SELECT pg_advisory_xact_lock(hashtext('settled ledger ' || current_schema()))"
             )
             found, other = inspect(cur)
+            last = number
             if found is None:
                 if other:
                     raise LedgerError(
@@ -385,13 +388,20 @@ def migrate(conn: Any, where: str, on_step: Callable[[int, str], None] | None = 
                 )
                 cur.execute(f"INSERT INTO {MARK} (application, version) VALUES ('settled', 0)")
                 found = 0
-            if found >= number:
-                continue
-            step(cur)
-            cur.execute("INSERT INTO _migrations (name) VALUES (%s)", (name,))
-            cur.execute(f"UPDATE {MARK} SET version = %s", (number,))
-            applied += 1
-            done = True
-        if done and on_step is not None:
-            on_step(number, name)
+                # A new ledger is made whole in one transaction, so no process ever sees
+                # it half built (a command that never migrates would refuse it as older).
+                last = len(MIGRATIONS)
+            for n in range(number, last + 1):
+                if found >= n:
+                    continue
+                name, step = MIGRATIONS[n - 1]
+                step(cur)
+                cur.execute("INSERT INTO _migrations (name) VALUES (%s)", (name,))
+                cur.execute(f"UPDATE {MARK} SET version = %s", (n,))
+                done.append((n, name))
+        applied += len(done)
+        if on_step is not None:
+            for n, name in done:
+                on_step(n, name)
+        number = last + 1
     return applied

@@ -268,35 +268,49 @@ def migrate(
 ) -> int:
     """Apply every step not yet applied. ``begin`` opens a write transaction (the
     ledger's fair ``BEGIN IMMEDIATE``); ``on_step`` hears each step's number and name
-    once it is committed. Safe when several processes open a new ledger
-    at once: each step re-reads the version inside its own transaction, and the file is
-    marked as a ledger (``application_id``) in the same transaction as its first step,
-    so no other process can see tables in a file not yet marked as a ledger."""
+    once it is committed. Safe when several processes open a new ledger at once: a new
+    ledger gets every step in one transaction, which also marks the file as a ledger
+    (``application_id``), so no other process sees tables in a file not yet marked as
+    a ledger, nor a ledger half built; an existing one re-reads the version inside
+    each step's own transaction."""
     db = sqlite_utils.Database(conn)
     applied = 0
-    for number, (name, step) in enumerate(MIGRATIONS, start=1):
+    number = 1
+    while number <= len(MIGRATIONS):
+        done: list[tuple[int, str]] = []
         begin()
         try:
             (version,) = conn.execute("PRAGMA user_version").fetchone()
-            if version >= number:
+            # A new ledger is made whole in one transaction, so no process ever sees it
+            # half built (a command that never migrates would refuse it as older);
+            # an existing one moves a step a transaction, each announced.
+            last = len(MIGRATIONS) if version == 0 else number
+            for n in range(number, last + 1):
+                if version >= n:
+                    continue
+                name, step = MIGRATIONS[n - 1]
+                step(db)
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT)"
+                )
+                conn.execute(
+                    "INSERT INTO _migrations VALUES (?, strftime('%Y-%m-%dT%H:%M:%fZ','now'))",
+                    (name,),
+                )
+                conn.execute(f"PRAGMA user_version = {n}")
+                done.append((n, name))
+            if done:
+                conn.execute(f"PRAGMA application_id = {int(application_id)}")
+                conn.execute("COMMIT")
+            else:
                 conn.execute("ROLLBACK")
-                continue
-            step(db)
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT)"
-            )
-            conn.execute(
-                "INSERT INTO _migrations VALUES (?, strftime('%Y-%m-%dT%H:%M:%fZ','now'))",
-                (name,),
-            )
-            conn.execute(f"PRAGMA user_version = {number}")
-            conn.execute(f"PRAGMA application_id = {int(application_id)}")
-            conn.execute("COMMIT")
-            applied += 1
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        applied += len(done)
         if on_step is not None:
-            on_step(number, name)
+            for n, name in done:
+                on_step(n, name)
+        number = last + 1
     return applied
