@@ -1,11 +1,12 @@
-"""The PostgreSQL ledger's schema migrations: named steps, applied once each, in order,
-each in its own transaction. Never edit a step that has shipped; add a new one.
+"""The PostgreSQL ledger's schema migrations: named steps, applied once each, in order:
+a new ledger's all in one transaction, an existing ledger's each in its own. Never edit
+a step that has shipped; add a new one.
 
 A ledger lives in one schema (the first of the connection's ``search_path``, so
 ``?options=-csearch_path%3Dsettled`` picks it). The table ``settled_ledger`` marks the
 schema as a settled ledger and holds the number of steps applied; it is created in the
-same transaction as the first step, so no process can ever see settled's tables in a
-schema that is not marked. A schema that holds anything else and no mark is refused.
+same transaction as the steps of a new ledger, so no process can ever see settled's
+tables in a schema that is not marked, nor a new ledger half built. A schema that holds anything else and no mark is refused.
 
 Several processes may open a new ledger at once: each step takes a transaction-scoped
 advisory lock on the schema's name and re-reads the version under it, so every step runs
