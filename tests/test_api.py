@@ -91,6 +91,11 @@ def test_every_error_of_the_tree_is_exported() -> None:
     assert drawn == tree
 
 
+def test_no_alias_modules_or_names() -> None:
+    assert not (ROOT / "settled" / "ledger.py").exists()
+    assert not hasattr(errors, "UsageError")
+
+
 def test_library_doc_example_runs(
     tmp_path: Path, sim: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:

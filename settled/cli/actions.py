@@ -17,24 +17,24 @@ MAX_PARAMS = 1024 * 1024  # bytes of --params: far above any API body, far below
 
 
 def _read_capped(stream: Any, source: str) -> str:
-    from ..errors import UsageError
+    from ..errors import InvalidInput
 
     raw = stream.read(MAX_PARAMS + 1)
     if isinstance(raw, str):  # a text stream (stdin replaced in process): count bytes anyway
         raw = raw.encode("utf-8", "surrogatepass")
     if len(raw) > MAX_PARAMS:
-        raise UsageError(
+        raise InvalidInput(
             f"{source} is larger than {MAX_PARAMS // 1024} KiB; settled reads at most that much "
             "params (put large content where the provider can fetch it)"
         )
     try:
         return bytes(raw).decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise InvalidInput(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def parse_params(raw: str | None) -> Any:
-    from ..errors import UsageError
+    from ..errors import InvalidInput
 
     if raw is None:
         return {}
@@ -49,29 +49,29 @@ def parse_params(raw: str | None) -> Any:
             with open(path, "rb") as fh:
                 text_ = _read_capped(fh, source)
         except FileNotFoundError:
-            raise UsageError(f"--params @{path}: file not found") from None
+            raise InvalidInput(f"--params @{path}: file not found") from None
         except OSError as exc:
-            raise UsageError(f"--params @{path}: cannot read: {exc.strerror or exc}") from None
+            raise InvalidInput(f"--params @{path}: cannot read: {exc.strerror or exc}") from None
     else:
         if len(raw.encode("utf-8", "surrogatepass")) > MAX_PARAMS:
-            raise UsageError(f"--params is larger than {MAX_PARAMS // 1024} KiB")
+            raise InvalidInput(f"--params is larger than {MAX_PARAMS // 1024} KiB")
         text_ = raw
     try:
         value = json.loads(text_)
     except json.JSONDecodeError as exc:
-        raise UsageError(
+        raise InvalidInput(
             f"{source} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
         ) from None
     except RecursionError:
-        raise UsageError(f"{source} is nested too deeply") from None
+        raise InvalidInput(f"{source} is nested too deeply") from None
     if not isinstance(value, dict):
-        raise UsageError(f"{source} must be a JSON object, got {type(value).__name__}")
+        raise InvalidInput(f"{source} must be a JSON object, got {type(value).__name__}")
     try:  # Python's json accepts NaN, Infinity, 1e999 and lone surrogates; JSON does not
         json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
     except ValueError as exc:
-        raise UsageError(f"{source} is not valid JSON ({exc})") from None
+        raise InvalidInput(f"{source} is not valid JSON ({exc})") from None
     except RecursionError:
-        raise UsageError(f"{source} is nested too deeply") from None
+        raise InvalidInput(f"{source} is nested too deeply") from None
     return value
 
 
@@ -160,10 +160,10 @@ def waiting_for(rec: Any, now: Any, left: float) -> str:
 
 
 def _check_wait_timeout(value: float) -> None:
-    from ..errors import UsageError
+    from ..errors import InvalidInput
 
     if not value >= 0 or value == float("inf"):
-        raise UsageError(f"--wait-timeout {value!r}: must be a finite number of seconds >= 0")
+        raise InvalidInput(f"--wait-timeout {value!r}: must be a finite number of seconds >= 0")
 
 
 def _wait_for_report(report: Any, timeout: float, as_json: bool) -> None:

@@ -102,17 +102,17 @@ def _start(interval: float | None, metrics: str | None, heartbeat: float,
     problem is exit 1 with one line, nothing started."""
     from ..daemon import Sweeper
     from ..daemon.notify import Notifier
-    from ..errors import UsageError
+    from ..errors import InvalidInput
 
     cfg = STATE.config()
     every = cfg.daemon_interval if interval is None else interval
     source = "--interval" if interval is not None else f"{cfg.source}: daemon.interval"
     if not 0 < every <= MAX_INTERVAL:  # also refuses nan and inf
-        raise UsageError(
+        raise InvalidInput(
             f"{source} {every!r}: must be a number of seconds > 0 and <= {MAX_INTERVAL:g} (a day)"
         )
     if not 1 <= heartbeat <= MAX_INTERVAL:
-        raise UsageError(f"--heartbeat {heartbeat!r}: must be between 1 and {MAX_INTERVAL:g} s")
+        raise InvalidInput(f"--heartbeat {heartbeat!r}: must be between 1 and {MAX_INTERVAL:g} s")
     address = None
     if metrics is not None:
         from ..daemon.metrics import parse_address, require

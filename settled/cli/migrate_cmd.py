@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
           settled migrate-ledger postgresql:///settled ./back.db --json
         """
         from ..errors import LedgerError
-        from ..ledger import Ledger
+        from ..storage import Ledger
         from ..storage.transfer import copy_ledger
 
         with (

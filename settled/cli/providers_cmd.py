@@ -220,7 +220,7 @@ def render_cmd(
       settled providers render mail send --params '{"to": "a@example.com"}'
       settled providers render stripe refund --params @refund.json --json
     """
-    from ..errors import UsageError
+    from ..errors import InvalidInput
     from .actions import parse_params
 
     values = parse_params(params)
@@ -228,7 +228,9 @@ def render_cmd(
     STATE.registry().operation(provider, operation)  # an unknown operation: exit 1, named
     render = getattr(prov, "render", None)
     if render is None:
-        raise UsageError(f"provider {provider!r} cannot show its requests (its type has no render)")
+        raise InvalidInput(
+            f"provider {provider!r} cannot show its requests (its type has no render)"
+        )
     check = getattr(prov, "check_params", None)
     if check is not None:
         check(operation, values)

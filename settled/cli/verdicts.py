@@ -184,7 +184,7 @@ def resolve(
 ) -> None:
     import click
 
-    from ..errors import UsageError
+    from ..errors import InvalidInput
     from ..resolve import resolve as do_resolve
     from .settle import render_record
 
@@ -205,7 +205,7 @@ def resolve(
             render_record(rec, "resolved")
         raise typer.Exit(0)
     if object_id is not None and not single:
-        raise UsageError("--object-id names one provider object: give exactly one ACTION_ID")
+        raise InvalidInput("--object-id names one provider object: give exactly one ACTION_ID")
     targets = plan(ledger, chosen, sel, now, lambda r: resolvable(r, applied, now),
                    default=("DENIED_UNRESOLVED",))  # fmt: skip
     n = sum(1 for t in targets if not t.skip)
@@ -243,15 +243,15 @@ def _verdict(
     """The verdict's own arguments, checked before the ledger is opened."""
     import click
 
-    from ..errors import UsageError
+    from ..errors import InvalidInput
 
     if applied is None:
         raise click.UsageError("say what happened: --applied or --not-applied")
     if not reason.strip():
-        raise UsageError("--reason is required: say how you know")
+        raise InvalidInput("--reason is required: say how you know")
     actor = default_actor() if by is None else by
     if not actor.strip():
-        raise UsageError("--by must not be empty")
+        raise InvalidInput("--by must not be empty")
     return {"applied": applied, "reason": reason, "by": actor, "evidence": evidence,
             "object_id": object_id}  # fmt: skip
 
