@@ -258,13 +258,13 @@ def register(app: typer.Typer) -> None:
             autocompletion=complete.operations,
             help="Operation of that provider.",
         ),
-        params: str = typer.Option(
+        params: str | None = typer.Option(
             None,
             "--params",
             metavar="JSON|@FILE|-",
             help="JSON object, @FILE, or - for stdin (at most 1 MiB).",
         ),
-        action_id: str = typer.Option(
+        action_id: str | None = typer.Option(
             None,
             "--action-id",
             metavar="ID",
@@ -278,14 +278,14 @@ def register(app: typer.Typer) -> None:
             60.0, "--wait-timeout", metavar="S", help="Seconds --wait may take."
         ),
         as_json: bool = typer.Option(False, "--json", help="Print the record as JSON."),
-        from_: str = typer.Option(
+        from_: str | None = typer.Option(
             None,
             "--from",
             metavar="FILE|-",
             show_default=False,
             help="Bulk: JSON lines {action_id, params} from FILE, or - for stdin.",
         ),
-        concurrency: int = typer.Option(
+        concurrency: int | None = typer.Option(
             None,
             "--concurrency",
             metavar="N",
@@ -298,8 +298,8 @@ def register(app: typer.Typer) -> None:
         if from_ is not None or concurrency is not None:
             from .bulk import check_bulk_options, dispatch_from
 
-            check_bulk_options(from_, params, action_id, needs_confirmation, wait)
-            raise typer.Exit(dispatch_from(provider, operation, from_, concurrency, as_json))
+            source = check_bulk_options(from_, params, action_id, needs_confirmation, wait)
+            raise typer.Exit(dispatch_from(provider, operation, source, concurrency, as_json))
         values = parse_params(params)
         if action_id is not None:
             check_id(action_id)

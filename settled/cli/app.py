@@ -70,7 +70,7 @@ TAKES_SIGTERM = frozenset({"daemon", "serve"})
 @app.callback()
 def _globals(
     ctx: typer.Context,
-    db: str = typer.Option(
+    db: str | None = typer.Option(
         None,
         "--db",
         envvar="SETTLED_DB",
@@ -78,7 +78,7 @@ def _globals(
         help="Ledger file, or a postgresql:// URL (env SETTLED_DB).",
         show_default=False,
     ),
-    config: str = typer.Option(
+    config: str | None = typer.Option(
         None,
         "--config",
         envvar="SETTLED_CONFIG",

@@ -36,7 +36,7 @@ Examples:
 def register(app: typer.Typer) -> None:
     @app.command(help=DAEMON_HELP)
     def daemon(
-        interval: float = typer.Option(
+        interval: float | None = typer.Option(
             None,
             "--interval",
             metavar="S",
@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
             show_default=False,
         ),
         once: bool = typer.Option(False, "--once", help="Run one pass, log it, and exit."),
-        metrics: str = typer.Option(
+        metrics: str | None = typer.Option(
             None,
             "--metrics",
             metavar="HOST:PORT",
@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
         heartbeat: float = typer.Option(
             60.0, "--heartbeat", metavar="S", help="Seconds between heartbeat lines."
         ),
-        concurrency: int = typer.Option(
+        concurrency: int | None = typer.Option(
             None,
             "--concurrency",
             metavar="N",

@@ -41,7 +41,7 @@ Examples:
 def register(app: typer.Typer) -> None:
     @app.command(help=DEMO_HELP)
     def demo(
-        keep: str = typer.Option(
+        keep: str | None = typer.Option(
             None, "--keep", metavar="DIR", help="Keep the demo's ledger as DIR/demo.db."
         ),
     ) -> None:

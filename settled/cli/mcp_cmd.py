@@ -31,7 +31,7 @@ def _parse_address(text: str) -> tuple[str, int]:
 def register(app: typer.Typer) -> None:
     @app.command()
     def mcp(
-        http: str = typer.Option(
+        http: str | None = typer.Option(
             None,
             "--http",
             metavar="HOST:PORT",

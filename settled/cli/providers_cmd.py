@@ -197,16 +197,16 @@ def render_cmd(
         ..., metavar="PROVIDER", help="The provider, as named in settled.toml."
     ),
     operation: str = typer.Argument(..., metavar="OPERATION", help="The operation."),
-    params: str = typer.Option(
+    params: str | None = typer.Option(
         None, "--params", metavar="JSON|@FILE|-", help="JSON object, @FILE, or - for stdin."
     ),
-    action_id: str = typer.Option(
+    action_id: str | None = typer.Option(
         None, "--action-id", metavar="ID", help="The action id to show (default ACTION-ID)."
     ),
-    key: str = typer.Option(
+    key: str | None = typer.Option(
         None, "--key", metavar="KEY", help="The reconciliation key to show (default stl-KEY)."
     ),
-    object_id: str = typer.Option(
+    object_id: str | None = typer.Option(
         None, "--object-id", metavar="ID", help="The provider object id a query by id would use."
     ),
     as_json: bool = typer.Option(False, "--json", help="The request and query as one JSON object."),

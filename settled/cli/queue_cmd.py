@@ -99,16 +99,16 @@ def register(app: typer.Typer) -> None:
         older_than: str = complete.older_than_option(
             "Only actions created longer ago than e.g. 90s, 10m, 2h, 1d."
         ),
-        since: str = typer.Option(
+        since: str | None = typer.Option(
             None, "--since", metavar="DURATION", help="Only actions created within e.g. 1h."
         ),
-        match: str = typer.Option(
+        match: str | None = typer.Option(
             None,
             "--match",
             metavar="TEXT",
             help="Only actions whose reason or provider reply holds TEXT (any case).",
         ),
-        delivery: str = typer.Option(
+        delivery: str | None = typer.Option(
             None,
             "--delivery",
             metavar="DELIVERY[,…]",
@@ -128,7 +128,7 @@ def register(app: typer.Typer) -> None:
             min=1,
             help="At most N rows (a note on stderr says when more exist).",
         ),
-        output: str = typer.Option(
+        output: str | None = typer.Option(
             None,
             "-o",
             "--output",

@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
     @app.command("migrate", help=MIGRATE_HELP)
     def migrate(
         dry_run: bool = typer.Option(False, "--dry-run", help="Only list the steps."),
-        backup: str = typer.Option(
+        backup: str | None = typer.Option(
             None,
             "--backup",
             metavar="PATH",

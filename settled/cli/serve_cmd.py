@@ -45,7 +45,7 @@ Examples:
 def register(app: typer.Typer) -> None:
     @app.command(help=SERVE_HELP)
     def serve(
-        listen: str = typer.Option(
+        listen: str | None = typer.Option(
             None,
             "--listen",
             metavar="HOST:PORT",

@@ -153,7 +153,7 @@ def register(app: typer.Typer) -> None:
         older_than: str = complete.older_than_option(
             "Only actions created longer ago than e.g. 10m."
         ),
-        since: str = typer.Option(
+        since: str | None = typer.Option(
             None, "--since", metavar="DURATION", help="Only actions created within e.g. 1h."
         ),
         by: str = typer.Option(

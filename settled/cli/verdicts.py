@@ -138,30 +138,30 @@ def verdict_becomes(applied: bool, recheck: bool) -> Any:
 
 
 def resolve(
-    action_ids: list[str] = typer.Argument(
+    action_ids: list[str] | None = typer.Argument(
         None,
         metavar="[ACTION_ID|-]...",
         autocompletion=complete.action_ids,
         help="Actions to settle; - reads ids from stdin.",
         show_default=False,
     ),
-    applied: bool = typer.Option(
+    applied: bool | None = typer.Option(
         None,
         "--applied/--not-applied",
         help="Your verdict: the effect happened, or it did not.",
         show_default=False,
     ),
     reason: str = typer.Option(..., "--reason", metavar="TEXT", help="How you know (required)."),
-    evidence: str = typer.Option(
+    evidence: str | None = typer.Option(
         None, "--evidence", metavar="TEXT", help="A reference: ticket, log line, URL."
     ),
-    object_id: str = typer.Option(
+    object_id: str | None = typer.Option(
         None,
         "--object-id",
         metavar="ID",
         help="The provider's id for the effect (one action only).",
     ),
-    by: str = typer.Option(
+    by: str | None = typer.Option(
         None,
         "--by",
         metavar="NAME",
@@ -189,6 +189,7 @@ def resolve(
     from .settle import render_record
 
     verdict = _verdict(applied, reason, by, evidence, object_id)
+    assert applied is not None  # _verdict refused a missing --applied/--not-applied
     chosen = read_ids(action_ids)
     sel = Selectors(provider, operation, status, older_than)
     if not chosen.given and not sel.given:
@@ -328,7 +329,7 @@ def next_attempt(recheck: bool) -> Any:
 
 
 def retry(
-    action_ids: list[str] = typer.Argument(
+    action_ids: list[str] | None = typer.Argument(
         None,
         metavar="[ACTION_ID|-]...",
         autocompletion=complete.action_ids,
@@ -348,7 +349,7 @@ def retry(
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only show what would be retried."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before retrying a selection."),
-    concurrency: int = typer.Option(
+    concurrency: int | None = typer.Option(
         None,
         "--concurrency",
         metavar="N",
