@@ -9,6 +9,7 @@ import typer
 
 from .common import STATE, emit_json
 from .render import Col, console, is_tty, listing, text
+from .typerapp import App
 
 PROVIDERS_HELP = """List each provider/operation: tier, window, attempts, timeout, key dedupe, verifier.
 
@@ -21,7 +22,7 @@ Examples:
   settled providers audit
 """
 
-providers_app = typer.Typer(
+providers_app = App(
     help=PROVIDERS_HELP,
     invoke_without_command=True,
     rich_markup_mode=None,
