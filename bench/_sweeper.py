@@ -14,7 +14,7 @@ from .common import rss_mb_self
 def main() -> int:
     path, batch = sys.argv[1], int(sys.argv[2])
     latency = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
-    from settled.ledger import Ledger
+    from settled import Ledger
     from settled.reconcile import Reconciler
 
     from .fixtures import null_registry

@@ -11,9 +11,9 @@ import sqlite3
 import sys
 import time
 
+from settled import Ledger
 from settled.dispatch import Dispatcher
 from settled.errors import SettledError
-from settled.ledger import Ledger
 
 from .fixtures import null_registry
 

@@ -77,9 +77,9 @@ def _raw_outcome_many(conn: sqlite3.Connection, ids: list[str]) -> None:
 def dispatch_rows(tmp: str, n: int, seq: int, repeats: int, latencies: list[float]) -> list[Row]:
     import httpx
 
+    from settled import Ledger
     from settled.bulk import read_lines
     from settled.dispatch import Dispatcher
-    from settled.ledger import Ledger
 
     rows: list[Row] = []
     for latency in latencies:
@@ -254,8 +254,8 @@ def _make_due(path: str) -> None:
 def reconcile_rows(tmp: str, n: int, seq: int, repeats: int, latencies: list[float]) -> list[Row]:
     import httpx
 
+    from settled import Ledger
     from settled.clock import Clock
-    from settled.ledger import Ledger
     from settled.reconcile import Reconciler
 
     rows: list[Row] = []

@@ -124,7 +124,7 @@ def remove_db(path: str) -> None:
 
 def durability_line(path: str) -> str:
     """The pragmas a real settled ledger runs with, read back from the connection."""
-    from settled.ledger import Ledger
+    from settled import Ledger
 
     with Ledger.open(path) as led:
         journal = led.conn.execute("PRAGMA journal_mode").fetchone()[0]

@@ -121,7 +121,7 @@ def event_row(
 
 def new_ledger(path: str) -> None:
     """Create an empty ledger with settled's own schema (migrations, pragmas)."""
-    from settled.ledger import Ledger
+    from settled import Ledger
 
     Ledger.open(path).close()
 

@@ -54,8 +54,8 @@ def sim_process(latency: float = 0.0) -> Iterator[str]:
 def dispatch_http(tmp: str, n: int, repeats: int) -> list[Row]:
     import httpx
 
+    from settled import Ledger
     from settled.dispatch import Dispatcher
-    from settled.ledger import Ledger
     from settled.providers import Registry
 
     path = os.path.join(tmp, "http.db")

@@ -189,8 +189,8 @@ def _repeat(
 
 def claim_event(tmp: str, n: int, repeats: int) -> list[Row]:
     """One guarded UPDATE + one INSERT, committed: settled's ``Ledger.move``."""
+    from settled import Ledger
     from settled.clock import to_text, utcnow
-    from settled.ledger import Ledger
     from settled.model import EventKind, Status
     from settled.storage import Move
 
@@ -313,8 +313,8 @@ def claim_event(tmp: str, n: int, repeats: int) -> list[Row]:
 
 def pipeline(tmp: str, n: int, repeats: int) -> list[Row]:
     """The in-process dispatch pipeline with the null provider."""
+    from settled import Ledger
     from settled.dispatch import Dispatcher
-    from settled.ledger import Ledger
 
     bpath, spath = os.path.join(tmp, "pipe-raw.db"), os.path.join(tmp, "pipe-settled.db")
 

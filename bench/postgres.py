@@ -93,7 +93,7 @@ def raw_conn(url: str) -> Any:
 
 def fill(url: str, rows: list[tuple[Any, ...]], events: list[tuple[Any, ...]]) -> None:
     """Create the schema with settled's migrations, then COPY rows in (not timed)."""
-    from settled.ledger import Ledger
+    from settled import Ledger
 
     Ledger.open(url).close()
     with raw_conn(url) as conn, conn.cursor() as cur:
@@ -241,8 +241,8 @@ def _pending_ledger(url: str, ids: list[str]) -> None:
 
 
 def claim_outcome(n: int, repeats: int, tmp: str) -> list[Row]:
+    from settled import Ledger
     from settled.dispatch import Dispatcher
-    from settled.ledger import Ledger
 
     settled_v, raw_v, lite_v, pg_v = [], [], [], []
     for r in range(repeats):
@@ -293,8 +293,8 @@ def claim_outcome(n: int, repeats: int, tmp: str) -> list[Row]:
 
 
 def _confirm_pg_vs_sqlite(n: int, r: int, tmp: str) -> tuple[float, float]:
+    from settled import Ledger
     from settled.dispatch import Dispatcher
-    from settled.ledger import Ledger
 
     from .fixtures import bulk_insert, new_ledger
 
@@ -422,7 +422,7 @@ def _median(values: list[float]) -> float:
 
 
 def dispatch_processes(tmp: str, per_worker: int, repeats: int, workers: int = 4) -> list[Row]:
-    from settled.ledger import Ledger
+    from settled import Ledger
 
     from .fixtures import new_ledger
 

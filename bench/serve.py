@@ -130,8 +130,7 @@ def _awaiting(path: str, ids: list[str]) -> None:
     """``ids`` as partial-tier deliveries the sim answered (AWAITING_VERIFICATION, the
     receipt ``rcpt-ID`` as object id), written through settled's own ledger calls, so
     that the callbacks find records as a dispatch leaves them."""
-    from settled import policy
-    from settled.ledger import Ledger
+    from settled import Ledger, policy
     from settled.model import Declared, Tier
     from settled.providers.base import Wire, WireResult
 

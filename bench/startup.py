@@ -76,8 +76,8 @@ def loaded_by_show(env: dict[str, str], action_id: str) -> list[str]:
 
 
 def cold_start(tmp: str, repeats: int) -> list[Row]:
+    from settled import Ledger
     from settled.dispatch import Dispatcher
-    from settled.ledger import Ledger
 
     from .fixtures import null_registry
 

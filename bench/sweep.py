@@ -131,7 +131,7 @@ def interleaved_sweep(
 ) -> tuple[dict[str, float], list[float]]:
     """Sweep copies of one ledger batch by batch, taking turns, so that every side
     sees the same machine. Returns rows/s per side and settled's seconds per batch."""
-    from settled.ledger import Ledger
+    from settled import Ledger
     from settled.reconcile import Reconciler
 
     from .fixtures import null_registry

@@ -2,6 +2,11 @@
 
 It never reports done unless some layer observed the effect, never sends an action
 twice, and shows whatever nobody can know as unresolved, with the reason.
+
+The public API is what this module exports (``__all__``, listed in docs/library.md):
+the entry points, the records and statuses they hold, the reports they return, and
+every error of the tree in ``settled.errors``. Everything else is importable from its
+own module and may change between releases.
 """
 
 from __future__ import annotations
@@ -9,65 +14,82 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-# Names are loaded on first use (PEP 562), so that `import settled.cli` and a
-# command like `settled show ID --json` load only the modules they need.
-_WHERE = {
-    "Clock": "clock", "FakeClock": "clock",
-    "Config": "config",
-    "Dispatcher": "dispatch", "DispatchSettings": "dispatch", "Outcome": "dispatch",
-    "Report": "dispatch", "Result": "dispatch", "classify": "dispatch",
-    "ConfigError": "errors", "Conflict": "errors", "EffectVisible": "errors",
-    "InvalidInput": "errors", "RecheckFailed": "errors",
-    "LedgerBusy": "errors", "LedgerError": "errors", "NotFound": "errors",
-    "OutcomeNotRecorded": "errors", "SettledError": "errors",
-    "TransitionNotAllowed": "errors", "UnknownProvider": "errors", "UsageError": "errors",
-    "Ledger": "storage",
-    "TRANSITIONS": "model", "Acceptance": "model", "ActionRecord": "model",
-    "Declared": "model", "Delivery": "model", "DispatchStrategy": "model", "Event": "model",
-    "EventKind": "model", "Status": "model", "Tier": "model", "build_strategy": "model",
-    "Session": "session",
-    "PassReport": "reconcile", "Reconciler": "reconcile",
-    "check": "agents", "tool": "agents",
-}  # fmt: skip
+# Each public name, by the module that defines it. Names are loaded on first use
+# (PEP 562), so that `import settled.cli` and a command like `settled show ID --json`
+# load only the modules they need.
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "agents": ("ToolResult", "check", "tool"),
+    "dispatch": ("Dispatcher",),
+    "sending": ("DispatchSettings", "Outcome", "Report", "Result"),
+    "errors": (
+        "ConfigError",
+        "Conflict",
+        "EffectVisible",
+        "InvalidInput",
+        "LedgerBusy",
+        "LedgerError",
+        "LedgerFull",
+        "LedgerMoved",
+        "LedgerOutdated",
+        "LedgerReadOnly",
+        "MissingExtra",
+        "NotFound",
+        "OutcomeNotRecorded",
+        "RecheckFailed",
+        "SettledError",
+        "TransitionNotAllowed",
+        "UnknownProvider",
+    ),
+    "model": ("Acceptance", "ActionRecord", "Delivery", "Event", "EventKind", "Status", "Tier"),
+    "providers": ("Registry",),
+    "reconcile": ("PassReport", "Reconciler"),
+    "session": ("Session",),
+    "storage": ("Ledger",),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 
+# What a type checker reads instead of the table above (`X as X`: a re-export).
+# tests/test_api.py holds these imports and the table to the same names.
 if TYPE_CHECKING:
     __version__: str
 
-    from .agents import check, tool
-    from .clock import Clock, FakeClock
-    from .config import Config
-    from .dispatch import Dispatcher, DispatchSettings, Outcome, Report, Result, classify
-    from .errors import (
-        ConfigError,
-        Conflict,
-        EffectVisible,
-        InvalidInput,
-        LedgerBusy,
-        LedgerError,
-        NotFound,
-        OutcomeNotRecorded,
-        RecheckFailed,
-        SettledError,
-        TransitionNotAllowed,
-        UnknownProvider,
-        UsageError,
-    )
-    from .model import (
-        TRANSITIONS,
-        Acceptance,
-        ActionRecord,
-        Declared,
-        Delivery,
-        DispatchStrategy,
-        Event,
-        EventKind,
-        Status,
-        Tier,
-        build_strategy,
-    )
-    from .reconcile import PassReport, Reconciler
-    from .session import Session
-    from .storage import Ledger
+    from .agents import ToolResult as ToolResult
+    from .agents import check as check
+    from .agents import tool as tool
+    from .dispatch import Dispatcher as Dispatcher
+    from .errors import ConfigError as ConfigError
+    from .errors import Conflict as Conflict
+    from .errors import EffectVisible as EffectVisible
+    from .errors import InvalidInput as InvalidInput
+    from .errors import LedgerBusy as LedgerBusy
+    from .errors import LedgerError as LedgerError
+    from .errors import LedgerFull as LedgerFull
+    from .errors import LedgerMoved as LedgerMoved
+    from .errors import LedgerOutdated as LedgerOutdated
+    from .errors import LedgerReadOnly as LedgerReadOnly
+    from .errors import MissingExtra as MissingExtra
+    from .errors import NotFound as NotFound
+    from .errors import OutcomeNotRecorded as OutcomeNotRecorded
+    from .errors import RecheckFailed as RecheckFailed
+    from .errors import SettledError as SettledError
+    from .errors import TransitionNotAllowed as TransitionNotAllowed
+    from .errors import UnknownProvider as UnknownProvider
+    from .model import Acceptance as Acceptance
+    from .model import ActionRecord as ActionRecord
+    from .model import Delivery as Delivery
+    from .model import Event as Event
+    from .model import EventKind as EventKind
+    from .model import Status as Status
+    from .model import Tier as Tier
+    from .providers import Registry as Registry
+    from .reconcile import PassReport as PassReport
+    from .reconcile import Reconciler as Reconciler
+    from .sending import DispatchSettings as DispatchSettings
+    from .sending import Outcome as Outcome
+    from .sending import Report as Report
+    from .sending import Result as Result
+    from .session import Session as Session
+    from .storage import Ledger as Ledger
 
 
 def __getattr__(name: str) -> Any:
@@ -92,44 +114,4 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-__all__ = [
-    "TRANSITIONS",
-    "Acceptance",
-    "ActionRecord",
-    "Clock",
-    "Config",
-    "ConfigError",
-    "Conflict",
-    "Declared",
-    "Delivery",
-    "DispatchSettings",
-    "DispatchStrategy",
-    "Dispatcher",
-    "EffectVisible",
-    "Event",
-    "EventKind",
-    "FakeClock",
-    "InvalidInput",
-    "Ledger",
-    "LedgerBusy",
-    "LedgerError",
-    "NotFound",
-    "Outcome",
-    "OutcomeNotRecorded",
-    "PassReport",
-    "RecheckFailed",
-    "Reconciler",
-    "Report",
-    "Result",
-    "Session",
-    "SettledError",
-    "Status",
-    "Tier",
-    "TransitionNotAllowed",
-    "UnknownProvider",
-    "UsageError",
-    "build_strategy",
-    "check",
-    "classify",
-    "tool",
-]
+__all__ = list(sorted(_WHERE))  # classes, then functions: uppercase sorts first

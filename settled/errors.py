@@ -25,8 +25,8 @@ The CLI maps each to an exit code (the exit codes in the README) and a one-line 
 their boundary. Nothing in the core catches broadly: an exception that is not a
 SettledError is a bug and surfaces as one.
 
-``UsageError`` is the old name of ``InvalidInput`` (exit 1, unlike Click's own usage
-errors, exit 2); it stays importable.
+``InvalidInput`` exits 1, with settled's one-line message; a usage error (exit 2) is
+Click's own, for a command line that does not parse.
 """
 
 from __future__ import annotations
@@ -40,9 +40,6 @@ class SettledError(Exception):
 
 class InvalidInput(SettledError):
     """Input that can never work: fix the command line and run it again."""
-
-
-UsageError = InvalidInput
 
 
 class ConfigError(SettledError):

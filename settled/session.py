@@ -22,9 +22,9 @@ if TYPE_CHECKING:
     from .callbacks.hooks import Hooks
     from .config import Config
     from .dispatch import Dispatcher
-    from .ledger import Ledger
     from .providers import Registry
     from .reconcile import Reconciler
+    from .storage import Ledger
 
 
 class Session:
@@ -70,7 +70,7 @@ class Session:
         read: never created, migrated or written; an older ledger is read as it is when
         it holds every column settled reads (``Ledger.open``)."""
         if self._ledger is None:
-            from .ledger import Ledger
+            from .storage import Ledger
 
             cfg = self.config()
             path = self.ledger_location()

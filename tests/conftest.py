@@ -13,7 +13,7 @@ import pg_schemas as pg
 import pytest
 from support import sim_conf, write_config
 
-from settled.ledger import Ledger
+from settled import Ledger
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import rawdb
 
+from settled import Ledger
 from settled.clock import Clock, from_text
-from settled.ledger import Ledger
 from settled.model import (
     CORRECTIONS,
     EVIDENCE_CORRECTIONS,

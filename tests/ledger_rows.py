@@ -8,9 +8,8 @@ from typing import Any
 
 from records import declared
 
-from settled import policy
+from settled import Ledger, policy
 from settled.clock import plus, to_text, utcnow
-from settled.ledger import Ledger
 from settled.model import EventKind, Status, Tier
 from settled.storage import Move
 

@@ -96,7 +96,7 @@ def integrity(location: Any) -> str:
     checks itself) the ledger's own check: append-only triggers present and enabled,
     no event without its action."""
     if is_pg(location):
-        from settled.ledger import Ledger
+        from settled import Ledger
 
         with Ledger.open(str(location), create=False) as led:
             return led.integrity_check()

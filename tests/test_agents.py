@@ -16,10 +16,17 @@ from invariants import check
 from support import ROOT, run_cli, sim_conf, write_config
 
 import settled
+from settled import Ledger
 from settled.agents import call, tool_specs, tools
 from settled.agents.core import Operation, Toolbox, agent_status, check_params, result_for
-from settled.errors import ConfigError, Conflict, LedgerError, NotFound, UnknownProvider, UsageError
-from settled.ledger import Ledger
+from settled.errors import (
+    ConfigError,
+    Conflict,
+    InvalidInput,
+    LedgerError,
+    NotFound,
+    UnknownProvider,
+)
 from settled.model import Acceptance, ActionRecord, Delivery, Status, Tier
 from settled.providers.sim_server import SimServer
 
@@ -112,7 +119,7 @@ def test_wait_verifies_in_process(sim_config: Path, sim: SimServer) -> None:
     assert res.status == "success"
     sim.plan("w-2", "lost_after_accept")
     assert settled.tool("sim", "send", wait=10)("w-2").status == "uncertain"
-    with pytest.raises(UsageError, match="wait"):
+    with pytest.raises(InvalidInput, match="wait"):
         settled.tool("sim", "send", wait=-1)
 
 
@@ -124,7 +131,7 @@ def test_errors_are_raised_with_one_line(sim_config: Path, sim: SimServer) -> No
     settled.tool("sim", "notify")("n-1")
     with pytest.raises(NotFound, match="no action 'missing'"):
         settled.check("missing")
-    with pytest.raises(UsageError, match="action_id must be a string"):
+    with pytest.raises(InvalidInput, match="action_id must be a string"):
         settled.tool("sim", "send")(" padded")
 
 
@@ -139,13 +146,13 @@ def test_tool_specs_in_each_style_and_call_runs_them(sim_config: Path, sim: SimS
     anthropic = tool_specs("anthropic")
     assert anthropic[5]["input_schema"]["required"] == ["action_id"]
     json.dumps([plain, openai, anthropic])  # plain JSON, as the APIs take it
-    with pytest.raises(UsageError, match="style"):
+    with pytest.raises(InvalidInput, match="style"):
         tool_specs("yaml")
     assert call("sim_book", {"action_id": "k-1", "params": {"slot": "9"}}).status == "success"
     assert call("check_action", {"action_id": "k-1"}).status == "success"
-    with pytest.raises(UsageError, match='go inside "params"'):
+    with pytest.raises(InvalidInput, match='go inside "params"'):
         call("sim_book", {"action_id": "k-2", "slot": "9"})
-    with pytest.raises(UsageError, match="unknown tool"):
+    with pytest.raises(InvalidInput, match="unknown tool"):
         call("sim_bogus", {"action_id": "k-3"})
     assert set(tools()) == set(names[:-1])
 
@@ -164,16 +171,16 @@ def test_a_declared_params_schema_is_enforced() -> None:
         "m_send", "m", "send", Declared("send", Tier.RECONCILABLE, params_schema=schema), False
     )
     assert check_params(op, {"to": "a"}) == {"to": "a"}
-    with pytest.raises(UsageError, match=r"'to' is a required property"):
+    with pytest.raises(InvalidInput, match=r"'to' is a required property"):
         check_params(op, {})
-    with pytest.raises(UsageError, match=r"at params/to"):
+    with pytest.raises(InvalidInput, match=r"at params/to"):
         check_params(op, {"to": 5})
     assert op.input_schema()["required"] == ["action_id", "params"]
     broken = Declared("send", Tier.RECONCILABLE, params_schema={"type": 5})
     with pytest.raises(ConfigError, match="params_schema is not a valid JSON schema"):
         check_params(Operation("m_send", "m", "send", broken, False), {})
     plain = Operation("m_send", "m", "send", OperationSpec("send", Tier.RECONCILABLE), False)
-    with pytest.raises(UsageError, match="must be a JSON object"):
+    with pytest.raises(InvalidInput, match="must be a JSON object"):
         check_params(plain, [1])
 
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from support import run_cli, sim_conf, write_config
 
+from settled import Ledger
 from settled.audit import MIN_EVIDENCE, answer, audit
 from settled.clock import FakeClock
 from settled.dispatch import Dispatcher
-from settled.ledger import Ledger
 from settled.model import Status, Tier
 from settled.providers import Registry
 from settled.providers.base import (

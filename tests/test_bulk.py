@@ -17,10 +17,10 @@ import pytest
 from invariants import check, settle
 from support import run_cli, sim_conf, write_config
 
+from settled import Ledger
 from settled.bulk import Line, read_lines, summary
 from settled.clock import Clock, to_text
 from settled.dispatch import Dispatcher, DispatchSettings
-from settled.ledger import Ledger
 from settled.model import Status
 from settled.providers import Registry
 from settled.providers.base import Observation, QueryTarget, Request, Seen, Wire, WireResult

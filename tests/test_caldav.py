@@ -22,9 +22,9 @@ import httpx
 import pytest
 import rawdb
 
+from settled import Ledger
 from settled.dispatch import Dispatcher, DispatchSettings
-from settled.errors import UsageError
-from settled.ledger import Ledger
+from settled.errors import InvalidInput
 from settled.model import Status
 from settled.providers import Registry
 from settled.providers.base import QueryTarget, Seen
@@ -357,7 +357,7 @@ def test_cancel_query_when_someone_else_deleted_it(
 def test_bad_params_are_refused_before_recording(
     radicale: str, calendar: str, ledger: Ledger, env: None, op: str, params: Any, words: str
 ) -> None:
-    with registry_for(radicale, calendar) as reg, pytest.raises(UsageError, match=words):
+    with registry_for(radicale, calendar) as reg, pytest.raises(InvalidInput, match=words):
         dispatcher(ledger, reg).submit("cal", op, params, action_id="x1")
     assert ledger.find("x1") is None
 

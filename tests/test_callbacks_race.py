@@ -21,8 +21,7 @@ from invariants import budget
 from serving import Running, process
 from support import popen_cli, sim_conf, write_config
 
-from settled import config
-from settled.ledger import Ledger
+from settled import Ledger, config
 from settled.model import Status
 from settled.providers import Registry
 from settled.providers.sim_server import CallbackPlan, SimServer

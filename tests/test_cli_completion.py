@@ -24,9 +24,9 @@ import pytest
 from support import ROOT
 from tmux import InteractiveShell, tmux_available
 
+from settled import Ledger
 from settled.cli.shells import bash_in_double_quotes, bash_in_single_quotes, bash_word, split_line
 from settled.dispatch import Dispatcher
-from settled.ledger import Ledger
 from settled.providers import Registry
 
 pytestmark = pytest.mark.ledger_incidental  # the shells are the subject, not the ledger

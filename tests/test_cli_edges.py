@@ -22,8 +22,8 @@ from invariants import dump
 from ledger_rows import add
 from support import COMMANDS, ROOT, popen_cli, run_cli, sim_conf, write_config
 
+from settled import Ledger
 from settled.dispatch import Dispatcher
-from settled.ledger import Ledger
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer
 

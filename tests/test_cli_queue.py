@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from support import run_cli, sim_conf, write_config
 
+from settled import Ledger
 from settled.dispatch import Dispatcher
-from settled.ledger import Ledger
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer
 

@@ -16,8 +16,8 @@ from ledger_rows import add
 from support import run_cli
 from tmux import Terminal, tmux_available
 
+from settled import Ledger
 from settled.clock import to_text, utcnow
-from settled.ledger import Ledger
 from settled.model import EventKind, Status
 from settled.storage import Move
 

@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledger_rows import add
 
+from settled import Ledger
 from settled.cli import render
 from settled.cli.select import Target
 from settled.clock import utcnow
-from settled.ledger import Ledger
 from settled.reconcile import Change
 
 MARKUP = [

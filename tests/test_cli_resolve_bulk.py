@@ -13,7 +13,7 @@ from ledger_rows import add
 from support import run_cli
 from tmux import exit_code, run_in_terminal, tmux_available
 
-from settled.ledger import Ledger
+from settled import Ledger
 from settled.model import Status
 
 

@@ -17,8 +17,8 @@ from invariants import check, dump
 from support import run_cli, sim_conf, write_config
 from tmux import exit_code, run_in_terminal, tmux_available
 
+from settled import Ledger
 from settled.dispatch import Dispatcher
-from settled.ledger import Ledger
 from settled.model import Status
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer

@@ -15,10 +15,10 @@ from invariants import dump
 from ledger_rows import add
 from support import run_cli, sim_conf, write_config
 
+from settled import Ledger
 from settled.cli.select import ids_from_lines, read_ids
 from settled.dispatch import Dispatcher
 from settled.errors import InvalidInput
-from settled.ledger import Ledger
 from settled.model import Status
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer

@@ -13,7 +13,7 @@ from invariants import dump
 from ledger_rows import add
 from support import run_cli
 
-from settled.ledger import Ledger
+from settled import Ledger
 from settled.model import Status
 
 

@@ -12,7 +12,7 @@ from ledger_rows import add
 from support import sim_conf, write_config
 from tmux import exit_code, run_in_terminal, screen_lines, tmux_available
 
-from settled.ledger import Ledger
+from settled import Ledger
 from settled.model import Status
 from settled.providers.sim_server import SimServer
 

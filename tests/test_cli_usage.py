@@ -20,3 +20,23 @@ def test_usage_errors_exit_2(args: tuple[str, ...], says: str) -> None:
     assert out.returncode == 2, out.stderr
     assert says in out.stderr
     assert "internal error" not in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "argument"),
+    [
+        ("confirm", "ACTION_ID"),
+        ("show", "ACTION_ID...|-"),
+        ("resolve", "[ACTION_ID|-]..."),
+        ("providers render", "PROVIDER"),
+        ("migrate-ledger", "FROM"),
+    ],
+)
+def test_help_names_an_argument_by_its_metavar_alone(command: str, argument: str) -> None:
+    """Typer's own layout prints the Python type after it ('ACTION_ID <str>')."""
+    out = run_cli(*command.split(), "--help")
+    assert out.returncode == 0, out.stderr
+    section = out.stdout.split("Arguments:\n", 1)[1].split("\n\n", 1)[0]
+    (row,) = [line for line in section.splitlines() if line.strip().startswith(argument)]
+    assert row.split()[0] == argument
+    assert "<" not in row, row

@@ -17,7 +17,7 @@ from ledger_rows import add
 from serving import PORT, TOKENS, auth, env_name, in_process, token_env
 from support import sim_conf, write_config
 
-from settled.ledger import Ledger
+from settled import Ledger
 from settled.model import Status
 from settled.providers.sim_server import SimServer
 from settled.serve.pages import aid_url

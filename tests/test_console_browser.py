@@ -26,7 +26,7 @@ from realservers import axe_core_js
 from serving import TOKENS, auth, env_name, process
 from support import ROOT, sim_conf, write_config
 
-from settled.ledger import Ledger
+from settled import Ledger
 from settled.model import Status
 from settled.providers.sim_server import SimServer
 from settled.serve.pages import aid_url

@@ -93,7 +93,7 @@ def test_two_services_on_one_ledger_share_sessions_and_csrf_tokens(
     another with the same key, and a form from one is accepted by the other."""
     from ledger_rows import add
 
-    from settled.ledger import Ledger
+    from settled import Ledger
 
     configure(tmp_path, sim)  # the key is derived from nothing but the config and secrets
     with Ledger.open(db_path) as led:

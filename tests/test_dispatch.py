@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from support import popen_cli, sim_conf
 
+from settled import Ledger
 from settled.cli.common import report_exit
 from settled.clock import FakeClock
 from settled.dispatch import Dispatcher, Outcome, Result, Verdict, classify
 from settled.errors import Conflict, TransitionNotAllowed, UnknownProvider
-from settled.ledger import Ledger
 from settled.model import Status, Tier
 from settled.providers import Registry
 from settled.providers.base import OperationSpec, Wire, WireResult

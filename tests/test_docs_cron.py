@@ -20,8 +20,8 @@ import pytest
 from ledger_rows import add
 from support import ROOT
 
+from settled import Ledger
 from settled.dispatch import Dispatcher
-from settled.ledger import Ledger
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from support import popen_cli, run_cli, sim_conf, write_config
 
+from settled import Ledger
 from settled.clock import from_text, utcnow
-from settled.ledger import Ledger
 from settled.providers.sim_server import SimServer
 
 

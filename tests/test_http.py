@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
+from settled import Ledger
 from settled.clock import Clock
 from settled.dispatch import Dispatcher, DispatchSettings
-from settled.ledger import Ledger
 from settled.model import Status, Tier
 from settled.providers import Registry
 from settled.providers import http as http_provider

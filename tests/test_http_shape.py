@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl
 import httpx
 import pytest
 
-from settled.errors import ConfigError, UsageError
+from settled.errors import ConfigError, InvalidInput
 from settled.providers import Registry
 from settled.providers.base import QueryTarget, Request, Seen, Wire
 from settled.providers.http import HttpProvider
@@ -158,7 +158,7 @@ def test_form_lists(lists: str, pairs: list[tuple[str, str]]) -> None:
 
 def test_a_param_where_the_key_goes_is_refused_at_record_time_never_overwritten() -> None:
     p, seen = provider(ok(), reconciliation_key_field="client_reference")
-    with pytest.raises(UsageError, match=r"client_reference.*never overwrites"):
+    with pytest.raises(InvalidInput, match=r"client_reference.*never overwrites"):
         p.check_params("op", {"client_reference": "mine"})
     r = p.execute(req({"client_reference": "mine"}))  # a config changed since recording
     assert r.wire is Wire.NOT_CONNECTED and r.detail.startswith("not sent:") and seen == []
@@ -167,7 +167,7 @@ def test_a_param_where_the_key_goes_is_refused_at_record_time_never_overwritten(
 @pytest.mark.parametrize("value", ["", ".", "..", "a/b", "a\\b"])
 def test_a_value_that_would_address_another_resource_is_refused(value: str) -> None:
     p, seen = provider(ok(), request={"path": "/things/{params.id}"})
-    with pytest.raises(UsageError, match="another resource"):
+    with pytest.raises(InvalidInput, match="another resource"):
         p.check_params("op", {"id": value})
     r = p.execute(req({"id": value}))
     assert r.wire is Wire.NOT_CONNECTED and "another resource" in r.detail and seen == []
@@ -188,7 +188,7 @@ def test_a_query_never_reads_another_resource(oid: str) -> None:
 
 def test_missing_params_are_refused_before_anything_is_recorded() -> None:
     p, _ = provider(ok(), request={"path": "/t", "body": {"a": "{params.amount}"}})
-    with pytest.raises(UsageError, match="params need 'amount'"):
+    with pytest.raises(InvalidInput, match="params need 'amount'"):
         p.check_params("op", {"x": 1})
     assert p.operations()["op"].params_schema == {
         "type": "object",
@@ -232,7 +232,7 @@ def test_a_business_id_is_the_key_on_every_attempt() -> None:
     )
     spec = p.operations()["op"]
     assert spec.key_param == "order_number" and spec.carries_key and spec.predicate
-    with pytest.raises(UsageError, match="order_number"):
+    with pytest.raises(InvalidInput, match="order_number"):
         p.check_params("op", {"amount": 1})
     p.execute(req({"order_number": "A-1042"}, key="stl-generated", attempt=2))
     assert json.loads(seen[0].content) == {"order_number": "A-1042"}

@@ -12,7 +12,7 @@ from pathlib import Path
 from records import new_record
 
 import settled
-from settled.ledger import Ledger
+from settled import Ledger
 
 HEAVY = ("httpx", "apscheduler", "sqlite_utils", "rich.table")
 

@@ -219,7 +219,7 @@ def test_processes_creating_one_new_ledger_at_once_all_succeed(
     import sys
 
     code = (
-        "import sys; from settled.ledger import Ledger\n"
+        "import sys; from settled import Ledger\n"
         "from settled.model import Status\n"
         "with Ledger.open(sys.argv[1]) as led:\n"
         "    assert led.count() >= 0 and led.integrity_check() == 'ok'\n"

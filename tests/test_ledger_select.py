@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from invariants import dump
 from ledger_rows import add
 
+from settled import Ledger
 from settled.clock import plus, to_text, utcnow
-from settled.ledger import Ledger
 from settled.model import EventKind, Status
 from settled.storage import Move, Selection
 from settled.storage.query import SORT_FIELDS, STATUS_ORDER, reason_group

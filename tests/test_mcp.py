@@ -19,9 +19,9 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from support import run_cli
 
+from settled import Ledger
 from settled.agents.core import Operation, Toolbox
 from settled.agents.mcp_server import build_server
-from settled.ledger import Ledger
 from settled.providers.base import OperationSpec
 from settled.providers.sim_server import SimServer
 

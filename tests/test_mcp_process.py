@@ -22,7 +22,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from support import ROOT, popen_cli, run_cli, write_config
 
-from settled.ledger import Ledger
+from settled import Ledger
 from settled.providers.sim_server import SimServer
 
 

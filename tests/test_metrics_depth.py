@@ -14,7 +14,7 @@ import pytest
 from ledger_rows import add
 from support import popen_cli, run_cli, sim_conf, write_config
 
-from settled.ledger import Ledger
+from settled import Ledger
 from settled.model import Status
 from settled.providers.sim_server import SimServer
 

@@ -30,8 +30,7 @@ from records import new_record
 from support import ROOT, popen_cli, run_cli
 from test_migrate_checks import UNDO_PG, UNDO_SQLITE, before_the_step, the_step
 
-from settled import errors
-from settled.ledger import Ledger
+from settled import Ledger, errors
 from settled.model import Tier
 from settled.storage import postgres_schema, sqlite_schema
 

@@ -9,7 +9,7 @@ from typing import Any
 import rawdb
 from records import new_record
 
-from settled.ledger import Ledger
+from settled import Ledger
 from settled.model import Status, Tier
 from settled.storage import postgres_schema, sqlite_schema
 

@@ -20,8 +20,8 @@ import rawdb
 from records import new_record
 from support import popen_cli, run_cli
 
+from settled import Ledger
 from settled.errors import LedgerError
-from settled.ledger import Ledger
 from settled.providers.sim_server import SimServer
 from settled.storage.base import History
 from settled.storage.transfer import tally

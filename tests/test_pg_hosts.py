@@ -32,8 +32,8 @@ import pytest
 from invariants import check
 from support import ROOT, command, write_config
 
+from settled import Ledger
 from settled.clock import from_text
-from settled.ledger import Ledger
 from settled.model import Status
 from settled.providers.sim_server import SimServer
 
@@ -262,7 +262,7 @@ HOST_WORKER = r"""
 import json, sys
 from settled.config import load
 from settled.dispatch import Dispatcher, DispatchSettings
-from settled.ledger import Ledger
+from settled import Ledger
 from settled.providers import Registry
 
 db, config, prefix, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])

@@ -22,10 +22,10 @@ import rawdb
 from records import T0, move, new_record, transition
 from support import ROOT, run_cli
 
+from settled import Ledger
 from settled.clock import steady, utcnow
 from settled.config import from_dict
 from settled.errors import ConfigError, LedgerBusy, LedgerError
-from settled.ledger import Ledger
 from settled.model import EventKind, Status
 from settled.session import Session
 from settled.storage import base, postgres_schema

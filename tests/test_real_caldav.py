@@ -18,8 +18,8 @@ import pytest
 from caldav.lib.error import NotFoundError
 from realservers import FaultProxy, radicale
 
+from settled import Ledger
 from settled.dispatch import Dispatcher, DispatchSettings
-from settled.ledger import Ledger
 from settled.model import ActionRecord, Status
 from settled.providers import Registry
 from settled.reconcile import Reconciler

@@ -18,8 +18,8 @@ import httpx
 import pytest
 from realservers import FaultProxy, json_server, json_server_bin
 
+from settled import Ledger
 from settled.dispatch import Dispatcher, DispatchSettings
-from settled.ledger import Ledger
 from settled.model import ActionRecord, Status
 from settled.providers import Registry
 from settled.reconcile import Reconciler

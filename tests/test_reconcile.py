@@ -13,9 +13,9 @@ import pytest
 from records import transition
 from support import sim_conf
 
+from settled import Ledger
 from settled.clock import FakeClock, from_text, plus, to_text
 from settled.dispatch import Dispatcher
-from settled.ledger import Ledger
 from settled.model import EventKind, Status
 from settled.providers import Registry
 from settled.providers.base import Request

@@ -29,7 +29,7 @@ from mcp.client.stdio import stdio_client
 from support import ROOT, run_cli, write_config
 
 import settled
-from settled.ledger import Ledger
+from settled import Ledger
 
 BUSY = "0.3"  # s: the busy timeout, far below the time the lock is held
 

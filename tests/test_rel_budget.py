@@ -24,9 +24,9 @@ import pytest
 from invariants import check
 from support import ROOT, run_cli, sim_conf, write_config
 
+from settled import Ledger
 from settled.clock import FakeClock, from_text, plus
 from settled.dispatch import Dispatcher
-from settled.ledger import Ledger
 from settled.model import Declared, Status, Tier
 from settled.providers import Registry
 from settled.providers.base import Observation, QueryTarget, Seen

@@ -20,8 +20,8 @@ import pytest
 from invariants import check, settle
 from support import popen_cli, run_cli, write_config
 
+from settled import Ledger
 from settled.config import load
-from settled.ledger import Ledger
 from settled.model import Status
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer

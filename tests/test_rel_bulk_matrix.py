@@ -16,9 +16,9 @@ import pytest
 from invariants import check, settle
 from test_rel_fault_matrix import EXPECTED, OPS, _registry
 
+from settled import Ledger
 from settled.bulk import read_lines
 from settled.dispatch import Dispatcher, DispatchSettings
-from settled.ledger import Ledger
 from settled.providers.sim_server import SimServer
 
 

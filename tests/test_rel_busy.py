@@ -17,8 +17,8 @@ from invariants import check, dump, settle
 from locks import Locker, LockingServer
 from support import popen_cli, run_cli, write_config
 
+from settled import Ledger
 from settled.config import load
-from settled.ledger import Ledger
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer
 

@@ -24,8 +24,8 @@ import pytest
 from invariants import budget, check, scaled, settle
 from support import ROOT, popen_cli, write_config
 
+from settled import Ledger
 from settled.config import load
-from settled.ledger import Ledger
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer
 
@@ -48,7 +48,7 @@ import json, random, sys, time
 from settled.config import load
 from settled.dispatch import Dispatcher, DispatchSettings
 from settled.errors import TransitionNotAllowed
-from settled.ledger import Ledger
+from settled import Ledger
 from settled.providers import Registry
 from settled.reconcile import Reconciler
 

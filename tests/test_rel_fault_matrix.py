@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from invariants import check, settle
 
+from settled import Ledger
 from settled.dispatch import Dispatcher, DispatchSettings
-from settled.ledger import Ledger
 from settled.model import Status
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer

@@ -29,9 +29,9 @@ from hypothesis import strategies as st
 from invariants import budget, check, dump, scaled, settle
 from support import run_cli, sim_conf, write_config
 
+from settled import Ledger
 from settled.cli import main
 from settled.dispatch import Dispatcher
-from settled.ledger import Ledger
 from settled.model import Status
 from settled.providers import Registry, sim
 from settled.providers.base import QueryTarget, Request, Seen

@@ -12,9 +12,9 @@ import pytest
 from invariants import dump
 from support import run_cli
 
+from settled import Ledger
 from settled.dispatch import Dispatcher
-from settled.errors import UsageError
-from settled.ledger import Ledger
+from settled.errors import InvalidInput
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer
 
@@ -46,6 +46,6 @@ def test_cli_refuses_params_that_are_not_json(
 def test_library_refuses_params_that_are_not_json(
     value: object, registry: Registry, sim: SimServer, ledger: Ledger
 ) -> None:
-    with pytest.raises(UsageError, match="params are not valid JSON"):
+    with pytest.raises(InvalidInput, match="params are not valid JSON"):
         Dispatcher(ledger, registry).submit("sim", "book", {"a": value}, action_id="x")
     assert ledger.find("x") is None and sim.requests_for("x") == []

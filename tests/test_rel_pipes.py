@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from support import ROOT, command
 
-from settled.ledger import Ledger
+from settled import Ledger
 from settled.providers.sim_server import SimServer
 
 EXIT = {"CONFIRMED": 0, "AWAITING_VERIFICATION": 3, "IN_FLIGHT": 3, "PENDING": 3,

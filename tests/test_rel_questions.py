@@ -27,8 +27,8 @@ from support import ROOT, run_cli
 from tmux import exit_code, run_in_terminal, tmux_available
 
 import settled
+from settled import Ledger
 from settled.agents.core import HIDDEN_NOTE
-from settled.ledger import Ledger
 from settled.providers.sim_server import SimServer
 
 # Each is a recipient that a screen would show as something else: a right-to-left

@@ -18,9 +18,9 @@ import pytest
 import rawdb
 from support import run_cli, write_config
 
+from settled import Ledger
 from settled.clock import utcnow
 from settled.dispatch import Dispatcher
-from settled.ledger import Ledger
 from settled.model import Status
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer

@@ -43,11 +43,11 @@ from invariants import (
     scaled,
 )
 
+from settled import Ledger
 from settled.clock import FakeClock, SteadyClock
 from settled.crashpoints import no_probe
 from settled.dispatch import Dispatcher, DispatchSettings, Outcome
 from settled.errors import Conflict, EffectVisible, RecheckFailed, TransitionNotAllowed
-from settled.ledger import Ledger
 from settled.model import Status
 from settled.providers import Registry
 from settled.providers.base import Observation, OperationSpec, QueryTarget, Request, WireResult

@@ -21,9 +21,9 @@ import pytest
 from invariants import check, dump
 from support import run_cli, sim_conf, write_config
 
+from settled import Ledger
 from settled.dispatch import Dispatcher
 from settled.errors import EffectVisible, RecheckFailed
-from settled.ledger import Ledger
 from settled.model import Status
 from settled.providers import Registry
 from settled.providers.base import Observation, QueryTarget, Seen

@@ -13,7 +13,7 @@ import pytest
 from invariants import check
 from serving import auth, in_process, path_of, token_env, write_serve_config
 
-from settled.ledger import Ledger
+from settled import Ledger
 from settled.providers.sim_server import SimServer
 
 

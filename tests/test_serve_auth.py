@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from serving import TOKENS, auth, in_process, path_of, token_env, write_serve_config
 
+from settled import Ledger
 from settled.config import from_dict
 from settled.errors import ConfigError
-from settled.ledger import Ledger
 from settled.providers.sim_server import SimServer
 from settled.serve.api import ENDPOINTS
 from settled.serve.auth import Guard, Tokens

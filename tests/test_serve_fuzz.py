@@ -23,7 +23,7 @@ from schemathesis.specs.openapi.checks import (
 )
 from serving import auth, token_env, write_serve_config
 
-from settled.ledger import Ledger
+from settled import Ledger
 from settled.providers.sim_server import SimServer
 
 FUZZ_EXAMPLES = 20

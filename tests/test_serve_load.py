@@ -29,7 +29,7 @@ from hookkit import STD_SECRET, std_headers
 from invariants import budget, check
 from serving import auth, path_of, process, write_serve_config
 
-from settled.ledger import Ledger
+from settled import Ledger
 from settled.model import Status
 from settled.providers.sim_server import SimServer
 

@@ -23,7 +23,7 @@ from invariants import check
 from serving import TOKENS, auth, path_of, process, token_env, write_serve_config
 from support import ROOT, run_cli
 
-from settled.ledger import Ledger
+from settled import Ledger
 from settled.providers.sim_server import SimServer
 
 

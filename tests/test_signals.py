@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from support import popen_cli, run_cli, sim_conf, write_config
 
-from settled.ledger import Ledger
+from settled import Ledger
 from settled.providers.sim_server import SimServer
 
 BOUND = 60.0  # s: the longest any awaited event may take on a loaded machine

@@ -153,3 +153,76 @@ def test_no_module_imports_itself_back_while_it_loads() -> None:
     for module in sorted(graph):
         if module not in state:
             assert visit(module, [module]) == []
+
+
+# Typer options are typed as they are: a parameter whose default is None is declared
+# `X | None`, so mypy sees the None a command receives when the option is not given.
+CLI = ROOT / "settled" / "cli"
+
+
+def typer_parameters(tree: ast.AST) -> list[tuple[ast.arg, ast.Call]]:
+    """Every function parameter whose default is a `typer.Option(...)` or
+    `typer.Argument(...)` call."""
+    found = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        positional = fn.args.posonlyargs + fn.args.args
+        pairs = list(
+            zip(
+                positional[len(positional) - len(fn.args.defaults) :], fn.args.defaults, strict=True
+            )
+        )
+        pairs += [
+            (a, d)
+            for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True)
+            if d is not None
+        ]
+        for arg, default in pairs:
+            if (
+                isinstance(default, ast.Call)
+                and isinstance(default.func, ast.Attribute)
+                and isinstance(default.func.value, ast.Name)
+                and default.func.value.id == "typer"
+                and default.func.attr in ("Option", "Argument")
+            ):
+                found.append((arg, default))
+    return found
+
+
+def defaults_to_none(call: ast.Call) -> bool:
+    first = call.args[0] if call.args else None
+    for kw in call.keywords:
+        if kw.arg == "default":
+            first = kw.value
+    return isinstance(first, ast.Constant) and first.value is None
+
+
+def accepts_none(annotation: ast.expr | None) -> bool:
+    if annotation is None:
+        return False
+    names = {n.id for n in ast.walk(annotation) if isinstance(n, ast.Name)}
+    nones = [n for n in ast.walk(annotation) if isinstance(n, ast.Constant) and n.value is None]
+    return bool(nones) or "Optional" in names or "Any" in names
+
+
+def test_every_option_with_a_none_default_is_declared_optional() -> None:
+    wrong = []
+    seen = 0
+    for path in sorted(CLI.glob("*.py")):
+        for arg, call in typer_parameters(ast.parse(path.read_text())):
+            seen += 1
+            if defaults_to_none(call) and not accepts_none(arg.annotation):
+                declared = ast.unparse(arg.annotation) if arg.annotation else "undeclared"
+                wrong.append(f"{path.name}:{arg.lineno} {arg.arg}: {declared}")
+    assert seen > 50  # the scan found the CLI's options
+    assert wrong == []
+
+
+def test_the_check_sees_a_wrong_declaration() -> None:
+    bad = "import typer\ndef cmd(db: str = typer.Option(None, '--db')) -> None: ...\n"
+    good = "import typer\ndef cmd(db: str | None = typer.Option(None, '--db')) -> None: ...\n"
+    ((arg, call),) = typer_parameters(ast.parse(bad))
+    assert defaults_to_none(call) and not accepts_none(arg.annotation)
+    ((arg, call),) = typer_parameters(ast.parse(good))
+    assert accepts_none(arg.annotation)

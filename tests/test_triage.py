@@ -30,7 +30,7 @@ from typing import Any
 from invariants import check_events
 from support import run_cli, sim_conf, write_config
 
-from settled.ledger import Ledger
+from settled import Ledger
 from settled.providers.sim_server import SimServer
 
 PLAN = {  # (provider, fault): how many, in the order they are dispatched

@@ -18,7 +18,7 @@ import rawdb
 from records import move, new_record
 from support import run_cli
 
-from settled.ledger import Ledger
+from settled import Ledger
 from settled.model import EventKind, Status
 from settled.providers.sim_server import SimServer
 

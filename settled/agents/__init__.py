@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import InvalidInput
 from .core import (
     ACTION_ID_SCHEMA,
     CHECK_ACTION,
@@ -134,7 +134,7 @@ def tool_specs(
     as ``{"type": "function", "function": {...}}`` (Chat Completions); ``"anthropic"``
     gives ``{name, description, input_schema}``."""
     if style not in STYLES:
-        raise UsageError(f"style {style!r}: use one of {', '.join(STYLES)}")
+        raise InvalidInput(f"style {style!r}: use one of {', '.join(STYLES)}")
     specs = [t.spec(style) for t in tools(db=db, config=config).values()]
     check_schema = {
         "type": "object",
@@ -172,7 +172,7 @@ def call(
         return check(args.get("action_id"), db=db, config=config)  # type: ignore[arg-type]
     found = tools(db=db, config=config).get(name)
     if found is None:
-        raise UsageError(f"unknown tool {name!r}")
+        raise InvalidInput(f"unknown tool {name!r}")
     check_arguments(args, {"action_id", "params"})
     found.confirm = confirm
     return found.run(args.get("action_id"), args.get("params"))
@@ -180,7 +180,7 @@ def call(
 
 def _check_wait(wait: float) -> None:
     if not (isinstance(wait, int | float) and 0 <= wait < float("inf")):
-        raise UsageError(f"wait {wait!r}: must be a finite number of seconds >= 0")
+        raise InvalidInput(f"wait {wait!r}: must be a finite number of seconds >= 0")
 
 
 def _spec(name: str, description: str, schema: dict[str, Any], style: str) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from ..clock import from_text
-from ..errors import ConfigError, Conflict, LedgerError, NotFound, OutcomeNotRecorded, UsageError
+from ..errors import ConfigError, Conflict, InvalidInput, LedgerError, NotFound, OutcomeNotRecorded
 from ..model import MAX_ACTION_ID, ActionRecord, Status, Tier
 from ..model import check_action_id as model_check_action_id
 from ..session import Session
@@ -274,7 +274,7 @@ def check_arguments(args: Mapping[str, Any], allowed: set[str]) -> None:
     extra = sorted(set(args) - allowed)
     if extra:
         hint = ' (operation parameters go inside "params")' if "params" in allowed else ""
-        raise UsageError(f"unexpected argument {extra[0]!r}{hint}")
+        raise InvalidInput(f"unexpected argument {extra[0]!r}{hint}")
 
 
 def check_params(op: Operation, params: Any) -> dict[str, Any]:
@@ -282,7 +282,7 @@ def check_params(op: Operation, params: Any) -> dict[str, Any]:
     if params is None:
         params = {}
     if not isinstance(params, dict):
-        raise UsageError(f"params must be a JSON object, got {type(params).__name__}")
+        raise InvalidInput(f"params must be a JSON object, got {type(params).__name__}")
     from ..dispatch import check_params_json
 
     check_params_json(params)  # strict JSON (no lone surrogate, NaN) and not too deep
@@ -291,7 +291,7 @@ def check_params(op: Operation, params: Any) -> dict[str, Any]:
         try:
             from jsonschema import exceptions, validators
         except ImportError:
-            raise UsageError(
+            raise InvalidInput(
                 f"{op.provider}.{op.operation} declares a params schema; checking it needs "
                 "jsonschema: pip install 'settled[mcp]'"
             ) from None
@@ -306,11 +306,13 @@ def check_params(op: Operation, params: Any) -> dict[str, Any]:
         try:
             error = exceptions.best_match(cls(schema).iter_errors(params))
         except RecursionError:
-            raise UsageError("params are nested too deeply to check against their schema") from None
+            raise InvalidInput(
+                "params are nested too deeply to check against their schema"
+            ) from None
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path)
             at = f" (at params/{where})" if where else ""
-            raise UsageError(
+            raise InvalidInput(
                 f"params do not match {op.provider}.{op.operation}'s schema: "
                 f"{one_line(error.message)[:300]}{at}"
             )

@@ -412,9 +412,9 @@ def serve_http(server: Server[Any], host: str, port: int) -> None:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        from ..errors import UsageError
+        from ..errors import InvalidInput
 
-        raise UsageError(f"--http {host}:{port}: cannot listen: {exc.strerror or exc}") from None
+        raise InvalidInput(f"--http {host}:{port}: cannot listen: {exc.strerror or exc}") from None
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     print(f"settled mcp: serving streamable HTTP at http://{shown}:{bound}/mcp", file=sys.stderr)

@@ -17,24 +17,24 @@ MAX_PARAMS = 1024 * 1024  # bytes of --params: far above any API body, far below
 
 
 def _read_capped(stream: Any, source: str) -> str:
-    from ..errors import UsageError
+    from ..errors import InvalidInput
 
     raw = stream.read(MAX_PARAMS + 1)
     if isinstance(raw, str):  # a text stream (stdin replaced in process): count bytes anyway
         raw = raw.encode("utf-8", "surrogatepass")
     if len(raw) > MAX_PARAMS:
-        raise UsageError(
+        raise InvalidInput(
             f"{source} is larger than {MAX_PARAMS // 1024} KiB; settled reads at most that much "
             "params (put large content where the provider can fetch it)"
         )
     try:
         return bytes(raw).decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise InvalidInput(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def parse_params(raw: str | None) -> Any:
-    from ..errors import UsageError
+    from ..errors import InvalidInput
 
     if raw is None:
         return {}
@@ -49,29 +49,29 @@ def parse_params(raw: str | None) -> Any:
             with open(path, "rb") as fh:
                 text_ = _read_capped(fh, source)
         except FileNotFoundError:
-            raise UsageError(f"--params @{path}: file not found") from None
+            raise InvalidInput(f"--params @{path}: file not found") from None
         except OSError as exc:
-            raise UsageError(f"--params @{path}: cannot read: {exc.strerror or exc}") from None
+            raise InvalidInput(f"--params @{path}: cannot read: {exc.strerror or exc}") from None
     else:
         if len(raw.encode("utf-8", "surrogatepass")) > MAX_PARAMS:
-            raise UsageError(f"--params is larger than {MAX_PARAMS // 1024} KiB")
+            raise InvalidInput(f"--params is larger than {MAX_PARAMS // 1024} KiB")
         text_ = raw
     try:
         value = json.loads(text_)
     except json.JSONDecodeError as exc:
-        raise UsageError(
+        raise InvalidInput(
             f"{source} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
         ) from None
     except RecursionError:
-        raise UsageError(f"{source} is nested too deeply") from None
+        raise InvalidInput(f"{source} is nested too deeply") from None
     if not isinstance(value, dict):
-        raise UsageError(f"{source} must be a JSON object, got {type(value).__name__}")
+        raise InvalidInput(f"{source} must be a JSON object, got {type(value).__name__}")
     try:  # Python's json accepts NaN, Infinity, 1e999 and lone surrogates; JSON does not
         json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
     except ValueError as exc:
-        raise UsageError(f"{source} is not valid JSON ({exc})") from None
+        raise InvalidInput(f"{source} is not valid JSON ({exc})") from None
     except RecursionError:
-        raise UsageError(f"{source} is nested too deeply") from None
+        raise InvalidInput(f"{source} is nested too deeply") from None
     return value
 
 
@@ -160,10 +160,10 @@ def waiting_for(rec: Any, now: Any, left: float) -> str:
 
 
 def _check_wait_timeout(value: float) -> None:
-    from ..errors import UsageError
+    from ..errors import InvalidInput
 
     if not value >= 0 or value == float("inf"):
-        raise UsageError(f"--wait-timeout {value!r}: must be a finite number of seconds >= 0")
+        raise InvalidInput(f"--wait-timeout {value!r}: must be a finite number of seconds >= 0")
 
 
 def _wait_for_report(report: Any, timeout: float, as_json: bool) -> None:
@@ -258,13 +258,13 @@ def register(app: typer.Typer) -> None:
             autocompletion=complete.operations,
             help="Operation of that provider.",
         ),
-        params: str = typer.Option(
+        params: str | None = typer.Option(
             None,
             "--params",
             metavar="JSON|@FILE|-",
             help="JSON object, @FILE, or - for stdin (at most 1 MiB).",
         ),
-        action_id: str = typer.Option(
+        action_id: str | None = typer.Option(
             None,
             "--action-id",
             metavar="ID",
@@ -278,14 +278,14 @@ def register(app: typer.Typer) -> None:
             60.0, "--wait-timeout", metavar="S", help="Seconds --wait may take."
         ),
         as_json: bool = typer.Option(False, "--json", help="Print the record as JSON."),
-        from_: str = typer.Option(
+        from_: str | None = typer.Option(
             None,
             "--from",
             metavar="FILE|-",
             show_default=False,
             help="Bulk: JSON lines {action_id, params} from FILE, or - for stdin.",
         ),
-        concurrency: int = typer.Option(
+        concurrency: int | None = typer.Option(
             None,
             "--concurrency",
             metavar="N",
@@ -298,8 +298,8 @@ def register(app: typer.Typer) -> None:
         if from_ is not None or concurrency is not None:
             from .bulk import check_bulk_options, dispatch_from
 
-            check_bulk_options(from_, params, action_id, needs_confirmation, wait)
-            raise typer.Exit(dispatch_from(provider, operation, from_, concurrency, as_json))
+            source = check_bulk_options(from_, params, action_id, needs_confirmation, wait)
+            raise typer.Exit(dispatch_from(provider, operation, source, concurrency, as_json))
         values = parse_params(params)
         if action_id is not None:
             check_id(action_id)

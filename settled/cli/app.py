@@ -6,31 +6,11 @@ from __future__ import annotations
 import typer
 
 from . import common
-
-
-def _plain_argument_metavars() -> None:
-    """Typer 0.29 prints an argument's Python type after its name in help
-    ('ACTION_ID <str>', '<list[str]>') even when a metavar says what it is. Every
-    argument here has a metavar; show just that."""
-    try:
-        from typer.core import TyperArgument
-    except ImportError:  # another Typer: its own rendering stands
-        return
-    original = getattr(TyperArgument, "display_type_rich", None)
-    if original is None:
-        return
-
-    def display_type_rich(self: TyperArgument, ctx: object) -> str | None:
-        return None if self.metavar else original(self, ctx)
-
-    TyperArgument.display_type_rich = display_type_rich  # type: ignore[method-assign,assignment]
-
-
-_plain_argument_metavars()
+from .typerapp import App
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
-app = typer.Typer(
+app = App(
     name="settled",
     help=(
         "An honest ledger for side effects: never 'done' before the effect is observed.\n\n"
@@ -70,7 +50,7 @@ TAKES_SIGTERM = frozenset({"daemon", "serve"})
 @app.callback()
 def _globals(
     ctx: typer.Context,
-    db: str = typer.Option(
+    db: str | None = typer.Option(
         None,
         "--db",
         envvar="SETTLED_DB",
@@ -78,7 +58,7 @@ def _globals(
         help="Ledger file, or a postgresql:// URL (env SETTLED_DB).",
         show_default=False,
     ),
-    config: str = typer.Option(
+    config: str | None = typer.Option(
         None,
         "--config",
         envvar="SETTLED_CONFIG",

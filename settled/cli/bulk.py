@@ -53,7 +53,8 @@ def _source(path: str) -> Iterator[IO[bytes]]:
 
 
 def check_bulk_options(source: str | None, params: str | None, action_id: str | None,
-                       needs_confirmation: bool, wait: bool) -> None:  # fmt: skip
+                       needs_confirmation: bool, wait: bool) -> str:  # fmt: skip
+    """The --from source, once the options given with it are ones it takes."""
     import click
 
     if source is None:
@@ -64,6 +65,7 @@ def check_bulk_options(source: str | None, params: str | None, action_id: str | 
                                    ("--wait", wait)) if on]  # fmt: skip
     if given:
         raise click.UsageError(f"--from takes each line's action_id and params; drop {given[0]}")
+    return source
 
 
 def dispatch_from(provider: str, operation: str, path: str, concurrency: int | None,

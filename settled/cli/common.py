@@ -118,7 +118,7 @@ MAX_DURATION = 100 * 366 * 86400.0  # s: a century
 
 def parse_duration(text: str) -> float:
     """'90', '90s', '10m', '2h', '1d' → seconds."""
-    from ..errors import UsageError
+    from ..errors import InvalidInput
 
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     t = text.strip().lower()
@@ -129,11 +129,11 @@ def parse_duration(text: str) -> float:
     try:
         value = float(t)
     except ValueError:
-        raise UsageError(f"bad duration {text!r}: use e.g. 90s, 10m, 2h or 1d") from None
+        raise InvalidInput(f"bad duration {text!r}: use e.g. 90s, 10m, 2h or 1d") from None
     if value < 0 or math.isnan(value) or math.isinf(value):
-        raise UsageError(f"bad duration {text!r}: must be a finite number >= 0")
+        raise InvalidInput(f"bad duration {text!r}: must be a finite number >= 0")
     if value * mult > MAX_DURATION:  # beyond what a date can be shifted by
-        raise UsageError(f"bad duration {text!r}: at most {MAX_DURATION // 86400:g}d")
+        raise InvalidInput(f"bad duration {text!r}: at most {MAX_DURATION // 86400:g}d")
     return value * mult
 
 
@@ -365,14 +365,14 @@ def known_names(ledger: Any, *, operations: bool = False) -> tuple[set[str], set
 def check_filters(ledger: Any, provider: str | None, operation: str | None) -> None:
     """An unknown --provider or --operation is an error listing the real names (a
     typo must not look like an empty queue to a monitor)."""
-    from ..errors import UsageError
+    from ..errors import InvalidInput
     from .render import term
 
     if provider is None and operation is None:
         return
     providers, pairs = known_names(ledger)
     if provider is not None and provider not in providers:
-        raise UsageError(
+        raise InvalidInput(
             f"--provider {term(provider, 100)!s}: no such provider in the config or the ledger; "
             f"known: {term(', '.join(sorted(providers)) or 'none', 500)}"
         )
@@ -383,7 +383,7 @@ def check_filters(ledger: Any, provider: str | None, operation: str | None) -> N
             ops = {o for p, o in pairs if provider is None or p == provider}
         if operation not in ops:
             where = f" of {term(provider, 100)}" if provider else ""
-            raise UsageError(
+            raise InvalidInput(
                 f"--operation {term(operation, 100)}: no such operation{where} in the config or "
                 f"the ledger; known: {term(', '.join(sorted(ops)) or 'none', 500)}"
             )

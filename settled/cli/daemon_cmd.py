@@ -36,7 +36,7 @@ Examples:
 def register(app: typer.Typer) -> None:
     @app.command(help=DAEMON_HELP)
     def daemon(
-        interval: float = typer.Option(
+        interval: float | None = typer.Option(
             None,
             "--interval",
             metavar="S",
@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
             show_default=False,
         ),
         once: bool = typer.Option(False, "--once", help="Run one pass, log it, and exit."),
-        metrics: str = typer.Option(
+        metrics: str | None = typer.Option(
             None,
             "--metrics",
             metavar="HOST:PORT",
@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
         heartbeat: float = typer.Option(
             60.0, "--heartbeat", metavar="S", help="Seconds between heartbeat lines."
         ),
-        concurrency: int = typer.Option(
+        concurrency: int | None = typer.Option(
             None,
             "--concurrency",
             metavar="N",
@@ -102,17 +102,17 @@ def _start(interval: float | None, metrics: str | None, heartbeat: float,
     problem is exit 1 with one line, nothing started."""
     from ..daemon import Sweeper
     from ..daemon.notify import Notifier
-    from ..errors import UsageError
+    from ..errors import InvalidInput
 
     cfg = STATE.config()
     every = cfg.daemon_interval if interval is None else interval
     source = "--interval" if interval is not None else f"{cfg.source}: daemon.interval"
     if not 0 < every <= MAX_INTERVAL:  # also refuses nan and inf
-        raise UsageError(
+        raise InvalidInput(
             f"{source} {every!r}: must be a number of seconds > 0 and <= {MAX_INTERVAL:g} (a day)"
         )
     if not 1 <= heartbeat <= MAX_INTERVAL:
-        raise UsageError(f"--heartbeat {heartbeat!r}: must be between 1 and {MAX_INTERVAL:g} s")
+        raise InvalidInput(f"--heartbeat {heartbeat!r}: must be between 1 and {MAX_INTERVAL:g} s")
     address = None
     if metrics is not None:
         from ..daemon.metrics import parse_address, require

@@ -41,24 +41,24 @@ Examples:
 def register(app: typer.Typer) -> None:
     @app.command(help=DEMO_HELP)
     def demo(
-        keep: str = typer.Option(
+        keep: str | None = typer.Option(
             None, "--keep", metavar="DIR", help="Keep the demo's ledger as DIR/demo.db."
         ),
     ) -> None:
         import tempfile
 
-        from ..errors import UsageError
+        from ..errors import InvalidInput
 
         if keep is not None:
             target = os.path.join(keep, "demo.db")
             if os.path.exists(target):
-                raise UsageError(
+                raise InvalidInput(
                     f"--keep {keep}: {target} exists already; remove it or choose another folder"
                 )
             try:
                 os.makedirs(keep, mode=0o700, exist_ok=True)
             except OSError as exc:
-                raise UsageError(
+                raise InvalidInput(
                     f"--keep {keep}: cannot create the folder: {exc.strerror}"
                 ) from None
             _run(target, kept=True)
@@ -70,9 +70,9 @@ def register(app: typer.Typer) -> None:
 
 def _run(db: str, *, kept: bool) -> None:
     from ..dispatch import Dispatcher
-    from ..ledger import Ledger
     from ..providers import Registry
     from ..providers.sim_server import SimServer
+    from ..storage import Ledger
 
     con = console()
     with SimServer(hang=1.0) as server:

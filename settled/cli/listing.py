@@ -259,14 +259,14 @@ def status_style(status: object) -> str:
 
 
 def parse_statuses(status: str) -> list[str]:
-    from ..errors import UsageError
+    from ..errors import InvalidInput
 
     if status.strip().lower() == "all":
         return list(STATUSES)
     statuses = [s.strip().upper() for s in status.split(",") if s.strip()]
     bad = [s for s in statuses if s not in STATUSES]
     if bad or not statuses:
-        raise UsageError(
+        raise InvalidInput(
             f"--status {term(status, 100)}: unknown status; use one of {', '.join(STATUSES)} or all"
         )
     return list(dict.fromkeys(statuses))

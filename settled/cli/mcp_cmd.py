@@ -14,14 +14,14 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 def _parse_address(text: str) -> tuple[str, int]:
-    from ..errors import UsageError
+    from ..errors import InvalidInput
 
     host, sep, port = text.rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise UsageError(f"--http {text!r}: use HOST:PORT, e.g. 127.0.0.1:8765")
+        raise InvalidInput(f"--http {text!r}: use HOST:PORT, e.g. 127.0.0.1:8765")
     if host not in LOOPBACK:
-        raise UsageError(
+        raise InvalidInput(
             f"--http {text!r}: serves only on loopback (127.0.0.1, ::1, localhost): "
             "the MCP endpoint has no authentication"
         )
@@ -31,7 +31,7 @@ def _parse_address(text: str) -> tuple[str, int]:
 def register(app: typer.Typer) -> None:
     @app.command()
     def mcp(
-        http: str = typer.Option(
+        http: str | None = typer.Option(
             None,
             "--http",
             metavar="HOST:PORT",

@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
           settled migrate-ledger ~/.local/share/settled/settled.db postgresql:///settled
           settled migrate-ledger postgresql:///settled ./back.db --json
         """
-        from ..ledger import Ledger
+        from ..storage import Ledger
         from ..storage.transfer import WAIT_FOR_LEASES, copy_ledger, refuse_moved
 
         with Ledger.open(source, create=False, migrate=False) as src:

@@ -9,6 +9,7 @@ import typer
 
 from .common import STATE, emit_json
 from .render import Col, console, is_tty, listing, text
+from .typerapp import App
 
 PROVIDERS_HELP = """List each provider/operation: tier, window, attempts, timeout, key dedupe, verifier.
 
@@ -21,7 +22,7 @@ Examples:
   settled providers audit
 """
 
-providers_app = typer.Typer(
+providers_app = App(
     help=PROVIDERS_HELP,
     invoke_without_command=True,
     rich_markup_mode=None,
@@ -197,16 +198,16 @@ def render_cmd(
         ..., metavar="PROVIDER", help="The provider, as named in settled.toml."
     ),
     operation: str = typer.Argument(..., metavar="OPERATION", help="The operation."),
-    params: str = typer.Option(
+    params: str | None = typer.Option(
         None, "--params", metavar="JSON|@FILE|-", help="JSON object, @FILE, or - for stdin."
     ),
-    action_id: str = typer.Option(
+    action_id: str | None = typer.Option(
         None, "--action-id", metavar="ID", help="The action id to show (default ACTION-ID)."
     ),
-    key: str = typer.Option(
+    key: str | None = typer.Option(
         None, "--key", metavar="KEY", help="The reconciliation key to show (default stl-KEY)."
     ),
-    object_id: str = typer.Option(
+    object_id: str | None = typer.Option(
         None, "--object-id", metavar="ID", help="The provider object id a query by id would use."
     ),
     as_json: bool = typer.Option(False, "--json", help="The request and query as one JSON object."),
@@ -220,7 +221,7 @@ def render_cmd(
       settled providers render mail send --params '{"to": "a@example.com"}'
       settled providers render stripe refund --params @refund.json --json
     """
-    from ..errors import UsageError
+    from ..errors import InvalidInput
     from .actions import parse_params
 
     values = parse_params(params)
@@ -228,7 +229,9 @@ def render_cmd(
     STATE.registry().operation(provider, operation)  # an unknown operation: exit 1, named
     render = getattr(prov, "render", None)
     if render is None:
-        raise UsageError(f"provider {provider!r} cannot show its requests (its type has no render)")
+        raise InvalidInput(
+            f"provider {provider!r} cannot show its requests (its type has no render)"
+        )
     check = getattr(prov, "check_params", None)
     if check is not None:
         check(operation, values)

@@ -54,36 +54,36 @@ MAX_WATCH_INTERVAL = 3600.0
 
 
 def parse_deliveries(value: str) -> list[str]:
-    from ..errors import UsageError
+    from ..errors import InvalidInput
     from .render import term
 
     wanted = [v.strip().upper() for v in value.split(",") if v.strip()]
     bad = [v for v in wanted if v not in DELIVERIES]
     if bad or not wanted:
-        raise UsageError(
+        raise InvalidInput(
             f"--delivery {term(value, 100)}: unknown delivery; use one of {', '.join(DELIVERIES)}"
         )
     return list(dict.fromkeys(wanted))
 
 
 def parse_sort(value: str) -> str:
-    from ..errors import UsageError
+    from ..errors import InvalidInput
     from ..storage.query import SORT_FIELDS
     from .render import term
 
     field = value.strip().lower().replace("-", "_")
     if field not in SORT_FIELDS:
-        raise UsageError(f"--sort {term(value, 100)}: use one of {', '.join(SORT_FIELDS)}")
+        raise InvalidInput(f"--sort {term(value, 100)}: use one of {', '.join(SORT_FIELDS)}")
     return field
 
 
 def parse_match(value: str) -> str:
-    from ..errors import UsageError
+    from ..errors import InvalidInput
 
     if not value.strip():
-        raise UsageError("--match needs some text to look for")
+        raise InvalidInput("--match needs some text to look for")
     if len(value) > MAX_MATCH:
-        raise UsageError(f"--match is longer than {MAX_MATCH} characters")
+        raise InvalidInput(f"--match is longer than {MAX_MATCH} characters")
     return value
 
 
@@ -99,16 +99,16 @@ def register(app: typer.Typer) -> None:
         older_than: str = complete.older_than_option(
             "Only actions created longer ago than e.g. 90s, 10m, 2h, 1d."
         ),
-        since: str = typer.Option(
+        since: str | None = typer.Option(
             None, "--since", metavar="DURATION", help="Only actions created within e.g. 1h."
         ),
-        match: str = typer.Option(
+        match: str | None = typer.Option(
             None,
             "--match",
             metavar="TEXT",
             help="Only actions whose reason or provider reply holds TEXT (any case).",
         ),
-        delivery: str = typer.Option(
+        delivery: str | None = typer.Option(
             None,
             "--delivery",
             metavar="DELIVERY[,…]",
@@ -128,7 +128,7 @@ def register(app: typer.Typer) -> None:
             min=1,
             help="At most N rows (a note on stderr says when more exist).",
         ),
-        output: str = typer.Option(
+        output: str | None = typer.Option(
             None,
             "-o",
             "--output",
@@ -146,12 +146,12 @@ def register(app: typer.Typer) -> None:
         ),
         as_json: bool = typer.Option(False, "--json", help="Rows as a JSON array (= -o json)."),
     ) -> None:
-        from ..errors import UsageError
+        from ..errors import InvalidInput
         from .render import is_tty
 
         fmt = default_format(output, as_json)
         if no_headers and fmt not in ("tsv", "name"):
-            raise UsageError(
+            raise InvalidInput(
                 f"--no-headers applies to -o tsv (and -o name, which has none), not {fmt}"
             )
         opts = {
@@ -170,11 +170,11 @@ def register(app: typer.Typer) -> None:
         }
         if watch:
             if fail_if_any:
-                raise UsageError("--watch runs until stopped; --fail-if-any is for one look")
+                raise InvalidInput("--watch runs until stopped; --fail-if-any is for one look")
             if fmt not in ("table", "wide") or not is_tty():
-                raise UsageError("--watch redraws a table on a terminal; use -o table or -o wide")
+                raise InvalidInput("--watch redraws a table on a terminal; use -o table or -o wide")
             if not 0 < interval <= MAX_WATCH_INTERVAL:
-                raise UsageError(
+                raise InvalidInput(
                     f"--interval {interval!r}: must be > 0 and <= {MAX_WATCH_INTERVAL:g} s"
                 )
             raise typer.Exit(_watch(fmt, opts, interval))

@@ -419,17 +419,17 @@ def listing(
 
 def default_format(fmt: str | None, as_json: bool) -> str:
     """``--json`` is ``-o json``; without ``-o``: a table on a terminal, TSV on a pipe."""
-    from ..errors import UsageError
+    from ..errors import InvalidInput
 
     if as_json:
         if fmt not in (None, "json"):
-            raise UsageError(f"--json and -o {fmt} disagree; give one of them")
+            raise InvalidInput(f"--json and -o {fmt} disagree; give one of them")
         return "json"
     if fmt is None:
         return "table" if is_tty() else "tsv"
     f = fmt.strip().lower()
     if f not in FORMATS:
-        raise UsageError(f"-o {fmt!r}: use one of {', '.join(FORMATS)}")
+        raise InvalidInput(f"-o {fmt!r}: use one of {', '.join(FORMATS)}")
     return f
 
 

@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
     @app.command("migrate", help=MIGRATE_HELP)
     def migrate(
         dry_run: bool = typer.Option(False, "--dry-run", help="Only list the steps."),
-        backup: str = typer.Option(
+        backup: str | None = typer.Option(
             None,
             "--backup",
             metavar="PATH",
@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     ) -> None:
         from ..errors import InvalidInput
-        from ..ledger import Ledger
+        from ..storage import Ledger
 
         location = STATE.ledger_location()
         if backup is not None and not backup:

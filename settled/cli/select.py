@@ -205,11 +205,11 @@ def confirm(n: int, *, question: str, doing: str, asked: bool, note: bool = Fals
     ``note``: the preview wrote out hidden characters, and the question says so."""
     import click
 
-    from ..errors import UsageError
+    from ..errors import InvalidInput
     from .render import HIDDEN_NOTE, is_tty
 
     if not asked or not is_tty(sys.stdin):
-        raise UsageError(
+        raise InvalidInput(
             f"refusing to {doing} {n} action(s) without --yes: there is no terminal "
             "to ask (review with --dry-run, then add --yes)"
         )

@@ -45,7 +45,7 @@ Examples:
 def register(app: typer.Typer) -> None:
     @app.command(help=SERVE_HELP)
     def serve(
-        listen: str = typer.Option(
+        listen: str | None = typer.Option(
             None,
             "--listen",
             metavar="HOST:PORT",
@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
         import signal
 
         from ..daemon.notify import Notifier
-        from ..errors import ConfigError, UsageError
+        from ..errors import ConfigError, InvalidInput
         from . import signals
 
         # A stop may come at any moment of the start-up (the imports and the ledger take
@@ -91,12 +91,12 @@ def register(app: typer.Typer) -> None:
             host, port = parse_listen(cfg.serve.listen or DEFAULT_LISTEN, where)
         if not is_loopback(host):
             if not allow_remote:
-                raise UsageError(
+                raise InvalidInput(
                     f"{where} {host}: not a loopback address; serving beyond this machine needs "
                     "--allow-remote, API tokens and a TLS reverse proxy (docs/serve.md)"
                 )
             if not cfg.serve.tokens:
-                raise UsageError(
+                raise InvalidInput(
                     f"{where} {host}: --allow-remote needs at least one API token: add "
                     '[serve.tokens.NAME] with secret = "${VAR}" and roles to the config'
                 )

@@ -169,7 +169,7 @@ def _progress(total: int | None, *, enabled: bool) -> Any:
 
 
 def reconcile(
-    action_ids: list[str] = typer.Argument(
+    action_ids: list[str] | None = typer.Argument(
         None,
         metavar="[ACTION_ID|-]...",
         autocompletion=complete.action_ids,
@@ -181,7 +181,7 @@ def reconcile(
     operation: str = complete.operation_option("Select by operation."),
     status: str = complete.status_option("Select by status (default DENIED_UNRESOLVED)."),
     older_than: str = complete.older_than_option("Select actions created longer ago than e.g. 1d."),
-    limit: int = typer.Option(
+    limit: int | None = typer.Option(
         None,
         "--limit",
         min=1,
@@ -195,7 +195,7 @@ def reconcile(
         metavar="text|json",
         help="text: lines for people; json: the daemon's JSON lines on stderr.",
     ),
-    concurrency: int = typer.Option(
+    concurrency: int | None = typer.Option(
         None,
         "--concurrency",
         metavar="N",

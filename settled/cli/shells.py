@@ -30,6 +30,11 @@ import re
 import unicodedata
 from typing import Any
 
+# Typer has no public API for this: it carries its own copy of Click (``typer._click``),
+# so Click's public ``add_completion_class`` does not reach it, and its completion classes
+# and the scripts it installs are private (``typer._completion_classes``,
+# ``typer._completion_shared``). These private names are the only place settled reaches
+# into Typer (a Typer without the script table keeps its own scripts: ``install``).
 from typer._click.shell_completion import CompletionItem, add_completion_class, split_arg_string
 from typer._completion_classes import BashComplete, FishComplete, ZshComplete
 

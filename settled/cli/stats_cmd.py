@@ -153,7 +153,7 @@ def register(app: typer.Typer) -> None:
         older_than: str = complete.older_than_option(
             "Only actions created longer ago than e.g. 10m."
         ),
-        since: str = typer.Option(
+        since: str | None = typer.Option(
             None, "--since", metavar="DURATION", help="Only actions created within e.g. 1h."
         ),
         by: str = typer.Option(
@@ -165,7 +165,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Every figure as one JSON object."),
     ) -> None:
         from ..clock import plus, to_text
-        from ..errors import UsageError
+        from ..errors import InvalidInput
         from ..storage.base import Selection
         from ..storage.query import GROUPS
         from .common import check_filters
@@ -173,7 +173,7 @@ def register(app: typer.Typer) -> None:
 
         group = by.strip().lower()
         if group not in GROUPS:
-            raise UsageError(f"--by {by!r}: use one of {', '.join(GROUPS)}")
+            raise InvalidInput(f"--by {by!r}: use one of {', '.join(GROUPS)}")
         statuses = parse_statuses(status) if status else None
         older = parse_duration(older_than) if older_than else None
         within = parse_duration(since) if since else None

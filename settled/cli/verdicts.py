@@ -138,30 +138,30 @@ def verdict_becomes(applied: bool, recheck: bool) -> Any:
 
 
 def resolve(
-    action_ids: list[str] = typer.Argument(
+    action_ids: list[str] | None = typer.Argument(
         None,
         metavar="[ACTION_ID|-]...",
         autocompletion=complete.action_ids,
         help="Actions to settle; - reads ids from stdin.",
         show_default=False,
     ),
-    applied: bool = typer.Option(
+    applied: bool | None = typer.Option(
         None,
         "--applied/--not-applied",
         help="Your verdict: the effect happened, or it did not.",
         show_default=False,
     ),
     reason: str = typer.Option(..., "--reason", metavar="TEXT", help="How you know (required)."),
-    evidence: str = typer.Option(
+    evidence: str | None = typer.Option(
         None, "--evidence", metavar="TEXT", help="A reference: ticket, log line, URL."
     ),
-    object_id: str = typer.Option(
+    object_id: str | None = typer.Option(
         None,
         "--object-id",
         metavar="ID",
         help="The provider's id for the effect (one action only).",
     ),
-    by: str = typer.Option(
+    by: str | None = typer.Option(
         None,
         "--by",
         metavar="NAME",
@@ -184,11 +184,12 @@ def resolve(
 ) -> None:
     import click
 
-    from ..errors import UsageError
+    from ..errors import InvalidInput
     from ..resolve import resolve as do_resolve
     from .settle import render_record
 
     verdict = _verdict(applied, reason, by, evidence, object_id)
+    assert applied is not None  # _verdict refused a missing --applied/--not-applied
     chosen = read_ids(action_ids)
     sel = Selectors(provider, operation, status, older_than)
     if not chosen.given and not sel.given:
@@ -205,7 +206,7 @@ def resolve(
             render_record(rec, "resolved")
         raise typer.Exit(0)
     if object_id is not None and not single:
-        raise UsageError("--object-id names one provider object: give exactly one ACTION_ID")
+        raise InvalidInput("--object-id names one provider object: give exactly one ACTION_ID")
     targets = plan(ledger, chosen, sel, now, lambda r: resolvable(r, applied, now),
                    default=("DENIED_UNRESOLVED",))  # fmt: skip
     n = sum(1 for t in targets if not t.skip)
@@ -243,15 +244,15 @@ def _verdict(
     """The verdict's own arguments, checked before the ledger is opened."""
     import click
 
-    from ..errors import UsageError
+    from ..errors import InvalidInput
 
     if applied is None:
         raise click.UsageError("say what happened: --applied or --not-applied")
     if not reason.strip():
-        raise UsageError("--reason is required: say how you know")
+        raise InvalidInput("--reason is required: say how you know")
     actor = default_actor() if by is None else by
     if not actor.strip():
-        raise UsageError("--by must not be empty")
+        raise InvalidInput("--by must not be empty")
     return {"applied": applied, "reason": reason, "by": actor, "evidence": evidence,
             "object_id": object_id}  # fmt: skip
 
@@ -328,7 +329,7 @@ def next_attempt(recheck: bool) -> Any:
 
 
 def retry(
-    action_ids: list[str] = typer.Argument(
+    action_ids: list[str] | None = typer.Argument(
         None,
         metavar="[ACTION_ID|-]...",
         autocompletion=complete.action_ids,
@@ -348,7 +349,7 @@ def retry(
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only show what would be retried."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before retrying a selection."),
-    concurrency: int = typer.Option(
+    concurrency: int | None = typer.Option(
         None,
         "--concurrency",
         metavar="N",

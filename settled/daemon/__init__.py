@@ -38,8 +38,8 @@ from typing import Any
 from ..clock import Clock, steady, to_text
 from ..crashpoints import Probe, no_probe
 from ..errors import LedgerMoved, SettledError
-from ..ledger import Ledger
 from ..reconcile import DEFAULT_BATCH, DEFAULT_LEASE, Change, Reconciler
+from ..storage import Ledger
 from ..storage.base import moved_message
 from .log import Log, check_failed, failed, json_lines, one_line, pass_line, transition
 from .notify import Notifier

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import InvalidInput
 
 OPEN = ("PENDING", "IN_FLIGHT", "AWAITING_VERIFICATION", "DENIED_UNRESOLVED")
 INSTALL = "pip install 'settled[metrics]'"
@@ -38,7 +38,7 @@ def require() -> None:
     try:
         import prometheus_client  # noqa: F401
     except ImportError:
-        raise UsageError(f"--metrics needs the prometheus_client package: {INSTALL}") from None
+        raise InvalidInput(f"--metrics needs the prometheus_client package: {INSTALL}") from None
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -46,7 +46,7 @@ def parse_address(text: str) -> tuple[str, int]:
     port 0 takes a free port (the ``started`` line says which)."""
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise UsageError(f"--metrics {text!r}: use HOST:PORT, e.g. 127.0.0.1:9108")
+        raise InvalidInput(f"--metrics {text!r}: use HOST:PORT, e.g. 127.0.0.1:9108")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     return host or "0.0.0.0", int(port)  # noqa: S104 - ':PORT' asks for every interface
 
@@ -208,7 +208,7 @@ class Metrics:
         try:
             self._server = ThreadingHTTPServer((host, port), Handler)
         except OSError as exc:
-            raise UsageError(
+            raise InvalidInput(
                 f"--metrics {host}:{port}: cannot listen: {exc.strerror or exc}"
             ) from None
         self._server.daemon_threads = True

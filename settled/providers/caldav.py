@@ -42,7 +42,7 @@ import httpx
 
 from ..checks import expand_env, expand_url, number
 from ..clock import steady, utcnow
-from ..errors import ConfigError, UnknownProvider, UsageError
+from ..errors import ConfigError, InvalidInput, UnknownProvider
 from ..model import Tier
 from ._redact import Redactor
 from ._shape import ShapeError, segment
@@ -304,7 +304,7 @@ class CalDavProvider(BaseProvider):
             raise UnknownProvider(f"{self.name} has no operation {operation!r}")
         problem = _params_problem(operation, params)
         if problem:
-            raise UsageError(f"{self.name}.{operation}: {problem}")
+            raise InvalidInput(f"{self.name}.{operation}: {problem}")
 
     def _resource(self, uid: str) -> str:
         """The event's URL; raises ShapeError for a UID that would address another
@@ -349,7 +349,7 @@ class CalDavProvider(BaseProvider):
         try:
             url = self._resource(uid)
         except ShapeError as exc:
-            raise UsageError(f"{self.name}.{operation}: {exc}") from None
+            raise InvalidInput(f"{self.name}.{operation}: {exc}") from None
         if operation == "book":
             built = build(
                 self._client,
@@ -367,7 +367,7 @@ class CalDavProvider(BaseProvider):
                 + f" and {MARK}:{key}"
             ]
         if isinstance(built, str):
-            raise UsageError(f"{self.name}.{operation}: {built}")
+            raise InvalidInput(f"{self.name}.{operation}: {built}")
         query = self._client.build_request("GET", url, headers=self._headers)
         return {
             "provider": self.name,

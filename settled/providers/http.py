@@ -42,7 +42,7 @@ from urllib.parse import urlencode
 import httpx
 
 from ..checks import ENV_REF, expand_env, expand_url, has_control, number
-from ..errors import ConfigError, UnknownProvider, UsageError
+from ..errors import ConfigError, InvalidInput, UnknownProvider
 from ..model import DEFAULT_CONSISTENCY_WINDOW, Tier, idempotency_key
 from . import _shape
 from ._redact import Redactor
@@ -940,7 +940,7 @@ class HttpProvider(BaseProvider):
                 for _, want in op.query.match:
                     _shape.render(want, ctx)
         except ShapeError as exc:
-            raise UsageError(f"{self.name}.{operation}: {exc}") from None
+            raise InvalidInput(f"{self.name}.{operation}: {exc}") from None
 
     # -- execute --------------------------------------------------------------------------
 
@@ -1165,7 +1165,7 @@ class HttpProvider(BaseProvider):
     ) -> dict[str, Any]:
         """The exact request ``execute`` would send for these params (secrets shown as
         ``***``), and the query that would verify it. Sends nothing. Raises
-        ``UsageError`` when no request can be built."""
+        ``InvalidInput`` when no request can be built."""
         op = self._op(operation)
         key = reconciliation_key or (SAMPLE_KEY if op.spec.carries_key else None)
         try:
@@ -1186,7 +1186,7 @@ class HttpProvider(BaseProvider):
                 out["query"] = self._shown(self._query_request(op, ctx))
                 out["query"]["proves"] = op.spec.verifies
         except ShapeError as exc:
-            raise UsageError(f"{self.name}.{operation}: {exc}") from None
+            raise InvalidInput(f"{self.name}.{operation}: {exc}") from None
         notes = []
         if op.key_param is None and op.spec.carries_key and reconciliation_key is None:
             notes.append(

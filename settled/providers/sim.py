@@ -15,7 +15,7 @@ import httpx
 
 from .. import crashpoints
 from ..checks import number
-from ..errors import ConfigError, UnknownProvider, UsageError
+from ..errors import ConfigError, InvalidInput, UnknownProvider
 from ..model import Tier
 from ._wire import Exchange, build, excerpt, exchange, header_value, parse_json, show
 from .base import (
@@ -196,7 +196,7 @@ class SimProvider(BaseProvider):
             json_body={"action_id": action_id, "reconciliation_key": key, "params": params},
         )
         if isinstance(req, str):
-            raise UsageError(f"{self.name}.{operation}: {req}")
+            raise InvalidInput(f"{self.name}.{operation}: {req}")
         query = None
         if operation in ("book", "send") and key:
             query = {

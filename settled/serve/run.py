@@ -54,7 +54,7 @@ def require() -> None:
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on ``host:port`` (port 0: a free one)."""
-    from ..errors import UsageError
+    from ..errors import InvalidInput
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on the connections of a socket
@@ -67,7 +67,7 @@ def bind(host: str, port: int) -> socket.socket:
         sock.listen(2048)
     except OSError as exc:
         sock.close()
-        raise UsageError(
+        raise InvalidInput(
             f"--listen {shown(host, port)}: cannot listen: {exc.strerror or exc}"
         ) from None
     return sock

@@ -6,7 +6,8 @@ A ledger lives in one schema (the first of the connection's ``search_path``, so
 ``?options=-csearch_path%3Dsettled`` picks it). The table ``settled_ledger`` marks the
 schema as a settled ledger and holds the number of steps applied; it is created in the
 same transaction as the steps of a new ledger, so no process can ever see settled's
-tables in a schema that is not marked, nor a new ledger half built. A schema that holds anything else and no mark is refused.
+tables in a schema that is not marked, nor a new ledger half built. A schema that
+holds anything else and no mark is refused.
 
 Several processes may open a new ledger at once: each step takes a transaction-scoped
 advisory lock on the schema's name and re-reads the version under it, so every step runs
