@@ -92,6 +92,7 @@ from .base import (
     sort_due,
     to_row,
 )
+from .columns import BOOLS
 
 try:
     import psycopg
@@ -1045,7 +1046,8 @@ Statement = tuple[str, list[Any]]
 
 def _row(rec: ActionRecord) -> dict[str, Any]:
     row = to_row(rec)
-    row["requires_manual_verification"] = bool(row["requires_manual_verification"])
+    for name in BOOLS:  # ``boolean`` columns here, 0/1 in the portable row
+        row[name] = bool(row[name])
     return {k: _clean(v) for k, v in row.items()}
 
 
