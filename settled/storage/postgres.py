@@ -34,7 +34,6 @@ in the location never reaches ``location``, a message or a log (``redact``).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -63,7 +62,7 @@ from ..model import (
     PendingCallback,
     Status,
 )
-from . import postgres_schema, query
+from . import postgres_schema, query, statements
 from .base import (
     CALLBACK_COLUMNS,
     COLUMNS,
@@ -113,7 +112,7 @@ CLOCK_REFRESH = 30.0  # s between readings of the database's clock
 IDLE_CHECK = 10.0  # s a connection may sit unused before it is checked before use
 POOL_MAX = 8  # connections for threads that use one ledger at the same time
 _COLS = ", ".join(COLUMNS)
-_SELECT = f"SELECT {_COLS} FROM actions"
+_SELECT = statements.SELECT
 _EVENT_COLS = "action_id, at, actor, kind, from_status, to_status, attempt, detail"
 
 
@@ -138,7 +137,13 @@ DIALECT = query.Dialect(
     ),
     age_seconds="extract(epoch FROM (%s::timestamptz - created_at))",
     reason_group=_reason_group,
+    seconds=lambda frm, to: f"extract(epoch FROM {to} - {frm})",
+    # the details are JSON text; ``::json`` reads them as they were written
+    json_field=lambda expr, key: f"({expr}::json ->> '{key}')",
+    time_mark="?::timestamptz",
+    lock=" FOR UPDATE",
 )
+READS = statements.reads(DIALECT)
 
 log = logging.getLogger("settled.storage.postgres")
 # The pool logs failed background connects itself; the ledger reports them as errors.
@@ -512,21 +517,11 @@ class PostgresLedger(Ledger):
 
     # ------------------------------------------------------------ reads
     def find(self, action_id: str) -> ActionRecord | None:
-        found = self._rows(f"{_SELECT} WHERE action_id = %s", (action_id,))
+        found = self._rows(READS.find, (action_id,))
         return found[0] if found else None
 
     def events(self, action_id: str) -> list[Event]:
-        rows = self._all(
-            f"SELECT id, {_EVENT_COLS} FROM events WHERE action_id = %s ORDER BY id",
-            (action_id,),
-        )
-        return [
-            Event(
-                id=r[0], action_id=r[1], at=r[2], actor=r[3], kind=r[4], from_status=r[5],
-                to_status=r[6], attempt=r[7], detail=json.loads(r[8]),
-            )
-            for r in rows
-        ]  # fmt: skip
+        return [statements.event_from_row(r) for r in self._all(READS.events, (action_id,))]
 
     def records(self, selection: Selection | None = None) -> list[ActionRecord]:
         sel = selection or Selection()
@@ -551,47 +546,32 @@ class PostgresLedger(Ledger):
         return fold_stats(rows["totals"][0], rows["cells"], rows["ages"], rows.get("ages_by"))
 
     def ids(self, prefix: str = "", limit: int = 200) -> list[str]:
-        # action_id is COLLATE "C": a range on the key is exactly "starts with"
-        rows = self._all(
-            "SELECT action_id FROM actions WHERE action_id >= %s AND action_id < %s"
-            " ORDER BY action_id LIMIT %s",
-            [prefix, prefix + "\U0010ffff", int(limit)],
-        )
-        return [str(r[0]) for r in rows]
+        # action_id is COLLATE "C": the range is in code point order, as on SQLite
+        return [str(r[0]) for r in self._all(READS.ids, statements.ids_args(prefix, limit))]
 
     def names(self) -> list[tuple[str, str]]:
-        rows = self._all("SELECT DISTINCT provider, operation FROM actions ORDER BY 1, 2")
-        return [(r[0], r[1]) for r in rows]
+        return [(r[0], r[1]) for r in self._all(READS.names)]
 
     def status_counts(self) -> dict[tuple[str, str], int]:
-        rows = self._all("SELECT status, provider, count(*) FROM actions GROUP BY 1, 2")
-        return {(r[0], r[1]): int(r[2]) for r in rows}
+        return {(r[0], r[1]): int(r[2]) for r in self._all(READS.status_counts)}
 
     def check_failures(self) -> dict[str, int]:
-        rows = self._all(
-            "SELECT provider, count(*) FROM actions WHERE check_error IS NOT NULL"
-            " AND status NOT IN ('CONFIRMED', 'FAILED') GROUP BY 1"
-        )
-        return {r[0]: int(r[1]) for r in rows}
+        return {r[0]: int(r[1]) for r in self._all(READS.check_failures)}
 
     def rivals(self, rec: ActionRecord, limit: int = 5) -> list[str]:
-        rows = self._all(
-            "SELECT action_id FROM actions WHERE provider = %s AND operation = %s"
-            " AND params_hash = %s AND action_id <> %s AND dispatched_at IS NOT NULL"
-            " AND NOT (status = 'FAILED' AND delivery = 'FAILED')"
-            " AND (confirmed_at IS NULL OR %s::timestamptz IS NULL OR confirmed_at >= %s)"
-            " ORDER BY created_at LIMIT %s",
-            (rec.provider, rec.operation, rec.params_hash, rec.action_id,
-             rec.dispatched_at, rec.dispatched_at, limit),
-        )  # fmt: skip
-        return [r[0] for r in rows]
+        return [r[0] for r in self._all(READS.rivals, statements.rivals_args(rec, limit))]
 
     def figures(self) -> dict[tuple[str, str], Figures]:
-        from . import postgres_audit
+        from . import audit_sql
+
+        def run(sql: str, args: list[Any]) -> list[tuple[Any, ...]]:
+            cur.execute(sql, args)
+            return cur.fetchall()
 
         with self._tx("read the audit's figures") as cur:
             cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            return postgres_audit.figures(cur)
+            figures: dict[tuple[str, str], Figures] = audit_sql.figures(run, DIALECT)
+            return figures
 
     def integrity_check(self) -> str:
         def run(cur: Cursor) -> str:
@@ -808,12 +788,7 @@ class PostgresLedger(Ledger):
         values = {v for v in (rec.action_id, rec.reconciliation_key, rec.provider_object_id) if v}
         with self._tx("match callbacks") as cur:
             _lock_values(cur, rec.provider, sorted(values))
-            sql, args = _pending_where(rec)
-            cur.execute(
-                f"SELECT {_CB_COLS} FROM callbacks WHERE {sql} ORDER BY received_at, event_id"
-                " FOR UPDATE",
-                args,
-            )
+            cur.execute(READS.pending_for, statements.pending_args(rec))
             for pending in [pending_from_row(r) for r in _cb_dicts(cur)]:
                 _, move = self._settle_callback(cur, pending, decide, now)
                 if move is not None:
@@ -861,20 +836,10 @@ class PostgresLedger(Ledger):
         return sweep
 
     def callback_figures(self) -> dict[str, CallbackFigures]:
-        rows = self._all(
-            "SELECT provider, state, count(*), min(received_at) FROM callbacks GROUP BY 1, 2"
-        )
-        out: dict[str, CallbackFigures] = {}
-        for provider, state, n, oldest in rows:
-            f = out.setdefault(provider, CallbackFigures())
-            setattr(f, state, int(n))
-            if state == "pending":
-                f.oldest_pending = oldest
-        return out
+        return statements.callback_figures(self._all(READS.callback_figures))
 
     def pending_callbacks(self, rec: ActionRecord) -> int:
-        sql, args = _pending_where(rec)
-        return int(self._all(f"SELECT count(*) FROM callbacks WHERE {sql}", args)[0][0])
+        return int(self._all(READS.pending_count, statements.pending_args(rec))[0][0])
 
     def _settle_callback(
         self, cur: Cursor, pending: PendingCallback, decide: Decide, now: datetime
@@ -917,25 +882,13 @@ class PostgresLedger(Ledger):
     def export(self, *, after: str | None = None, limit: int = 500) -> list[History]:
         with self._tx("read a page of the ledger") as cur:
             cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            cur.execute(
-                f"{_SELECT} WHERE action_id > %s ORDER BY action_id LIMIT %s", (after or "", limit)
-            )
+            cur.execute(READS.page, (after or "", limit))
             records = [from_row(dict(zip(COLUMNS, r, strict=True))) for r in cur.fetchall()]
             if not records:
                 return []
-            cur.execute(
-                f"SELECT id, {_EVENT_COLS} FROM events WHERE action_id = ANY(%s)"
-                " ORDER BY action_id, id",
-                ([r.action_id for r in records],),
-            )
+            cur.execute(READS.page_events, (records[0].action_id, records[-1].action_id))
             rows = cur.fetchall()
-        logs: dict[str, list[Event]] = {r.action_id: [] for r in records}
-        for r in rows:
-            logs[r[1]].append(
-                Event(id=r[0], action_id=r[1], at=r[2], actor=r[3], kind=r[4], from_status=r[5],
-                      to_status=r[6], attempt=r[7], detail=json.loads(r[8]))
-            )  # fmt: skip
-        return [(rec, logs[rec.action_id]) for rec in records]
+        return statements.pages(records, rows)
 
     def restore(self, history: Iterable[History]) -> int:
         n = 0
@@ -1028,17 +981,6 @@ def _lock_values(cur: Cursor, provider: str, values: Sequence[str]) -> None:
             "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || %s, 0))",
             (_clean(f"\x1fsettled callback\x1f{provider}\x1f{value}"),),
         )
-
-
-def _pending_where(rec: ActionRecord) -> tuple[str, list[Any]]:
-    """Pending callbacks that name ``rec``: bound to it, or naming one of its values."""
-    return (
-        "provider = %s AND state = 'pending' AND (action_id = %s OR (action_id IS NULL AND ("
-        "(names = 'action_id' AND key = %s) OR (names = 'reconciliation_key' AND key = %s)"
-        " OR (names = 'provider_object_id' AND key = %s))))",
-        [rec.provider, rec.action_id, rec.action_id, rec.reconciliation_key,
-         rec.provider_object_id],
-    )  # fmt: skip
 
 
 Statement = tuple[str, list[Any]]

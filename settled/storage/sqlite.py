@@ -45,7 +45,7 @@ from ..errors import (
     LedgerReadOnly,
 )
 from ..model import CALLBACK_NAMES, ActionRecord, Callback, Event, EventKind, PendingCallback
-from . import query
+from . import query, statements
 from .base import (
     CALLBACK_COLUMNS,
     COLUMNS,
@@ -80,7 +80,7 @@ APPLICATION_ID = 0x53544C44  # "STLD": marks a file as a settled ledger
 SCHEMA_VERSION = 6  # == sqlite_schema.LATEST (checked by a test)
 DEFAULT_BUSY_TIMEOUT = 10.0
 HAS_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)  # UPDATE … RETURNING
-_SELECT = f"SELECT {', '.join(COLUMNS)} FROM actions"
+_SELECT = statements.SELECT
 _ANCHOR = ("boot_id", "wall", "steady")
 DIALECT = query.Dialect(
     mark="?",
@@ -96,7 +96,10 @@ DIALECT = query.Dialect(
     ),
     age_seconds="(julianday(?) - julianday(created_at)) * 86400.0",
     reason_group=lambda expr: f"settled_reason_group({expr})",
+    seconds=lambda frm, to: f"((julianday({to}) - julianday({frm})) * 86400.0)",
+    json_field=lambda expr, key: f"json_extract({expr}, '$.{key}')",
 )
+READS = statements.reads(DIALECT)
 
 T = TypeVar("T")
 
@@ -367,24 +370,11 @@ class SqliteLedger(Ledger):
 
     # ------------------------------------------------------------ reads
     def find(self, action_id: str) -> ActionRecord | None:
-        found = self._rows(f"{_SELECT} WHERE action_id = ?", (action_id,))
+        found = self._rows(READS.find, (action_id,))
         return found[0] if found else None
 
     def events(self, action_id: str) -> list[Event]:
-        import json
-
-        rows = self._read_all(
-            "SELECT id, action_id, at, actor, kind, from_status, to_status, attempt, detail"
-            " FROM events WHERE action_id = ? ORDER BY id",
-            (action_id,),
-        )
-        return [
-            Event(
-                id=r[0], action_id=r[1], at=r[2], actor=r[3], kind=r[4], from_status=r[5],
-                to_status=r[6], attempt=r[7], detail=json.loads(r[8]),
-            )
-            for r in rows
-        ]  # fmt: skip
+        return [statements.event_from_row(r) for r in self._read_all(READS.events, (action_id,))]
 
     def records(self, selection: Selection | None = None) -> list[ActionRecord]:
         sel = selection or Selection()
@@ -416,45 +406,34 @@ class SqliteLedger(Ledger):
             return self._retry(run)
 
     def ids(self, prefix: str = "", limit: int = 200) -> list[str]:
-        rows = self._read_all(
-            "SELECT action_id FROM actions WHERE action_id >= ? AND action_id < ?"
-            " ORDER BY action_id LIMIT ?",
-            (prefix, prefix + "\U0010ffff", int(limit)),
-        )
-        return [str(r[0]) for r in rows]
+        return [str(r[0]) for r in self._read_all(READS.ids, statements.ids_args(prefix, limit))]
 
     def names(self) -> list[tuple[str, str]]:
-        rows = self._read_all("SELECT DISTINCT provider, operation FROM actions ORDER BY 1, 2")
-        return [(r[0], r[1]) for r in rows]
+        return [(r[0], r[1]) for r in self._read_all(READS.names)]
 
     def status_counts(self) -> dict[tuple[str, str], int]:
-        rows = self._read_all("SELECT status, provider, count(*) FROM actions GROUP BY 1, 2")
-        return {(r[0], r[1]): int(r[2]) for r in rows}
+        return {(r[0], r[1]): int(r[2]) for r in self._read_all(READS.status_counts)}
 
     def check_failures(self) -> dict[str, int]:
-        rows = self._read_all(
-            "SELECT provider, count(*) FROM actions WHERE check_error IS NOT NULL"
-            " AND status NOT IN ('CONFIRMED', 'FAILED') GROUP BY 1"
-        )
-        return {r[0]: int(r[1]) for r in rows}
+        return {r[0]: int(r[1]) for r in self._read_all(READS.check_failures)}
 
     def rivals(self, rec: ActionRecord, limit: int = 5) -> list[str]:
-        rows = self._read_all(
-            "SELECT action_id FROM actions WHERE provider = ? AND operation = ?"
-            " AND params_hash = ? AND action_id != ? AND dispatched_at IS NOT NULL"
-            " AND NOT (status = 'FAILED' AND delivery = 'FAILED')"
-            " AND (confirmed_at IS NULL OR confirmed_at >= ?)"
-            " ORDER BY created_at LIMIT ?",
-            (rec.provider, rec.operation, rec.params_hash, rec.action_id,
-             rec.dispatched_at or "", limit),
-        )  # fmt: skip
-        return [r[0] for r in rows]
+        return [r[0] for r in self._read_all(READS.rivals, statements.rivals_args(rec, limit))]
 
     def figures(self) -> dict[tuple[str, str], Figures]:
-        from . import sqlite_audit
+        from . import audit_sql
+
+        def run() -> dict[tuple[str, str], Figures]:
+            c = self.conn
+            c.execute("BEGIN")  # one snapshot for every figure (a read transaction)
+            try:
+                return audit_sql.figures(lambda sql, args: c.execute(sql, args).fetchall(), DIALECT)
+            finally:
+                if c.in_transaction:
+                    c.execute("COMMIT")
 
         with self._mapped("read"):
-            return self._retry(lambda: sqlite_audit.figures(self.conn))
+            return self._retry(run)
 
     def integrity_check(self) -> str:
         with self._mapped("read"):
@@ -677,27 +656,15 @@ class SqliteLedger(Ledger):
         return sweep
 
     def callback_figures(self) -> dict[str, CallbackFigures]:
-        rows = self._read_all(
-            "SELECT provider, state, count(*), min(received_at) FROM callbacks GROUP BY 1, 2"
-        )
-        out: dict[str, CallbackFigures] = {}
-        for provider, state, n, oldest in rows:
-            f = out.setdefault(provider, CallbackFigures())
-            setattr(f, state, int(n))
-            if state == "pending":
-                f.oldest_pending = oldest
-        return out
+        return statements.callback_figures(self._read_all(READS.callback_figures))
 
     def pending_callbacks(self, rec: ActionRecord) -> int:
-        sql, args = _pending_where(rec)
+        args = statements.pending_args(rec)
         with self._mapped("read"):
-            return int(self._read_one(f"SELECT count(*) FROM callbacks WHERE {sql}", args)[0])
+            return int(self._read_one(READS.pending_count, args)[0])
 
     def _pending_for(self, c: sqlite3.Connection, rec: ActionRecord) -> list[PendingCallback]:
-        sql, args = _pending_where(rec)
-        cur = c.execute(
-            f"SELECT {_CB_COLS} FROM callbacks WHERE {sql} ORDER BY received_at, event_id", args
-        )
+        cur = c.execute(READS.pending_for, statements.pending_args(rec))
         return [pending_from_row(r) for r in _dicts(cur)]
 
     def _settle_callback(
@@ -736,27 +703,12 @@ class SqliteLedger(Ledger):
 
     # ------------------------------------------------------------ copying
     def export(self, *, after: str | None = None, limit: int = 500) -> list[History]:
-        import json
-
         with self._mapped("read"):
-            records = self._rows(
-                f"{_SELECT} WHERE action_id > ? ORDER BY action_id LIMIT ?", (after or "", limit)
-            )
+            records = self._rows(READS.page, (after or "", limit))
             if not records:
                 return []
-            logs: dict[str, list[Event]] = {r.action_id: [] for r in records}
-            rows = self._read_all(
-                "SELECT id, action_id, at, actor, kind, from_status, to_status, attempt, detail"
-                " FROM events WHERE action_id >= ? AND action_id <= ? ORDER BY action_id, id",
-                (records[0].action_id, records[-1].action_id),
-            )
-        for r in rows:
-            if r[1] in logs:
-                logs[r[1]].append(
-                    Event(id=r[0], action_id=r[1], at=r[2], actor=r[3], kind=r[4],
-                          from_status=r[5], to_status=r[6], attempt=r[7], detail=json.loads(r[8]))
-                )  # fmt: skip
-        return [(rec, logs[rec.action_id]) for rec in records]
+            rows = self._read_all(READS.page_events, (records[0].action_id, records[-1].action_id))
+        return statements.pages(records, rows)
 
     def restore(self, history: Iterable[History]) -> int:
         n = 0
@@ -862,17 +814,6 @@ _CB_COLS = ", ".join(CALLBACK_COLUMNS)
 def _dicts(cur: sqlite3.Cursor) -> list[dict[str, Any]]:
     names = [d[0] for d in cur.description]
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-
-
-def _pending_where(rec: ActionRecord) -> tuple[str, list[Any]]:
-    """Pending callbacks that name ``rec``: bound to it, or naming one of its values."""
-    return (
-        "provider = ? AND state = 'pending' AND (action_id = ? OR (action_id IS NULL AND ("
-        "(names = 'action_id' AND key = ?) OR (names = 'reconciliation_key' AND key = ?)"
-        " OR (names = 'provider_object_id' AND key = ?))))",
-        [rec.provider, rec.action_id, rec.action_id, rec.reconciliation_key,
-         rec.provider_object_id],
-    )  # fmt: skip
 
 
 def _newer(where: str, found: int, latest: int) -> str:
