@@ -12,7 +12,7 @@ from ledger_rows import add
 
 from settled.clock import plus, to_text, utcnow
 from settled.ledger import Ledger
-from settled.model import Status
+from settled.model import EventKind, Status
 from settled.storage import Move, audit_sql, statements
 from settled.storage.postgres import DIALECT as PG
 from settled.storage.sqlite import DIALECT as SQLITE
@@ -24,13 +24,36 @@ def _marks(sql: str, mark: str) -> int:
     return len(re.findall(re.escape(mark), sql))
 
 
-@pytest.mark.parametrize("name", [f.name for f in fields(statements.Reads)])
-def test_each_read_renders_with_the_same_parameters_in_both_dialects(name: str) -> None:
-    lite = getattr(statements.reads(SQLITE), name)
-    pg = getattr(statements.reads(PG), name)
+NAMED = [("reads", f.name) for f in fields(statements.Reads)] + [
+    ("writes", f.name) for f in fields(statements.Writes)
+]
+
+
+@pytest.mark.parametrize(("group", "name"), NAMED)
+def test_each_statement_renders_with_the_same_parameters_in_both_dialects(
+    group: str, name: str
+) -> None:
+    make = getattr(statements, group)
+    lite, pg = getattr(make(SQLITE), name), getattr(make(PG), name)
+    if group == "writes" and "{names}" in lite:
+        lite = statements.named_records(make(SQLITE))["action_id"]
+        pg = statements.named_records(make(PG))["action_id"]
     assert "{" not in lite + pg and "%s" not in lite and "?" not in pg
     assert _marks(lite, "?") == _marks(pg, "%s")
     assert lite.replace("?", "%s") == pg.replace("::timestamptz", "").replace(" FOR UPDATE", "")
+
+
+def test_a_moves_update_is_guarded_alike_in_both_dialects() -> None:
+    m = Move("a", Status.IN_FLIGHT, Status.AWAITING_VERIFICATION, "t", "me",
+             EventKind.OUTCOME, values={"reason": "r"}, owner="me", attempt=2)  # fmt: skip
+    lite, args = statements.move_update(m, SQLITE)
+    pg, pg_args = statements.move_update(m, PG)
+    assert lite == (
+        "UPDATE actions SET reason = ?, status = ?, updated_at = ? WHERE action_id = ?"
+        " AND status = ? AND lease_owner = ? AND attempt = ?"
+    )
+    assert pg == lite.replace("?", "%s") and args == pg_args
+    assert args == ["r", "AWAITING_VERIFICATION", "t", "a", "IN_FLIGHT", "me", 2]
 
 
 def test_the_audit_statements_bind_every_parameter_they_mark() -> None:

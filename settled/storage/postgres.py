@@ -54,7 +54,6 @@ from ..errors import (
     MissingExtra,
 )
 from ..model import (
-    CALLBACK_NAMES,
     ActionRecord,
     Callback,
     Event,
@@ -144,6 +143,8 @@ DIALECT = query.Dialect(
     lock=" FOR UPDATE",
 )
 READS = statements.reads(DIALECT)
+WRITES = statements.writes(DIALECT)
+_BY_NAME = statements.named_records(WRITES)
 
 log = logging.getLogger("settled.storage.postgres")
 # The pool logs failed background connects itself; the ledger reports them as errors.
@@ -747,12 +748,7 @@ class PostgresLedger(Ledger):
 
     def lease_one(self, rec: ActionRecord, *, owner: str, until: str, now: str) -> bool:
         with self._one("lease a record") as cur:
-            cur.execute(
-                "UPDATE actions SET lease_owner = %s, next_check_at = %s WHERE action_id = %s"
-                " AND status = %s AND (lease_owner IS NULL OR next_check_at IS NULL"
-                " OR next_check_at <= %s)",
-                (owner, until, rec.action_id, str(rec.status), now),
-            )
+            cur.execute(WRITES.lease_one, (owner, until, rec.action_id, str(rec.status), now))
             return cur.rowcount == 1
 
     def hand_back(self, leased: Sequence[ActionRecord], *, owner: str) -> None:
@@ -775,8 +771,7 @@ class PostgresLedger(Ledger):
         with self._tx("record a callback") as cur:
             _lock_values(cur, cb.provider, [cb.key])
             cur.execute(
-                f"INSERT INTO callbacks ({', '.join(row)}) VALUES ({', '.join(['%s'] * len(row))})"
-                " ON CONFLICT (provider, event_id) DO NOTHING",
+                statements.insert("callbacks", list(row), "provider, event_id", DIALECT),
                 list(row.values()),
             )
             if cur.rowcount != 1:
@@ -817,11 +812,7 @@ class PostgresLedger(Ledger):
                 sweep.examined += 1
                 pending = pending_from_row(rows[0])
                 if pending.callback.expires_at <= at:
-                    cur.execute(
-                        "UPDATE callbacks SET state = 'expired', next_check_at = NULL"
-                        " WHERE provider = %s AND event_id = %s",
-                        (provider, event_id),
-                    )
+                    cur.execute(WRITES.callback_expired, (provider, event_id))
                     sweep.expired += 1
                     continue
                 _, move = self._settle_callback(cur, pending, decide, now)
@@ -829,8 +820,7 @@ class PostgresLedger(Ledger):
                     sweep.matched.append((pending, move))
                 else:
                     cur.execute(
-                        "UPDATE callbacks SET tries = tries + 1, next_check_at = %s"
-                        " WHERE provider = %s AND event_id = %s AND state = 'pending'",
+                        WRITES.callback_retry,
                         (retry_pending_at(now, pending.tries + 1), provider, event_id),
                     )
         return sweep
@@ -850,13 +840,9 @@ class PostgresLedger(Ledger):
         cb = pending.callback
         key = (cb.provider, cb.event_id)
         if pending.action_id is not None:
-            cur.execute(f"{_SELECT} WHERE action_id = %s FOR UPDATE", (pending.action_id,))
+            cur.execute(WRITES.bound_record, (pending.action_id,))
         else:
-            assert cb.names in CALLBACK_NAMES  # a column name from a fixed list
-            cur.execute(
-                f"{_SELECT} WHERE provider = %s AND {cb.names} = %s LIMIT 2 FOR UPDATE",
-                (cb.provider, cb.key),
-            )
+            cur.execute(_BY_NAME[cb.names], (cb.provider, cb.key))
         found = [from_row(dict(zip(COLUMNS, r, strict=True))) for r in cur.fetchall()]
         if len(found) != 1:
             return (Taken.AMBIGUOUS if found else Taken.PENDING), None
@@ -864,15 +850,11 @@ class PostgresLedger(Ledger):
         move = decide(pending, rec, now)
         if move is None or self._apply(cur, move, everything=False) is None:
             cur.execute(
-                "UPDATE callbacks SET action_id = %s, attempt = %s WHERE provider = %s"
-                " AND event_id = %s AND state = 'pending'",
-                (rec.action_id, pending.attempt or rec.attempt, *key),
+                WRITES.callback_bound, (rec.action_id, pending.attempt or rec.attempt, *key)
             )
             return Taken.PENDING, None
         cur.execute(
-            "UPDATE callbacks SET state = 'matched', action_id = %s, attempt = %s,"
-            " matched_at = %s, next_check_at = NULL WHERE provider = %s AND event_id = %s"
-            " AND state = 'pending'",
+            WRITES.callback_matched,
             (rec.action_id, rec.attempt if pending.attempt is None else pending.attempt,
              to_text(now), *key),
         )  # fmt: skip
@@ -993,34 +975,14 @@ def _row(rec: ActionRecord) -> dict[str, Any]:
     return {k: _clean(v) for k, v in row.items()}
 
 
-def _guard(m: Move) -> tuple[str, list[Any]]:
-    where = "action_id = %s AND status = %s"
-    args: list[Any] = [m.action_id, str(m.frm)]
-    if m.owner is not None:
-        where += " AND lease_owner = %s"
-        args.append(m.owner)
-    if m.attempt is not None:
-        where += " AND attempt = %s"
-        args.append(m.attempt)
-    if m.correction:
-        where += " AND contradiction IS NOT NULL"
-    return where, args
-
-
 def _event_args(m: Move, frm: str | None) -> list[Any]:
     return [m.at, _clean(m.actor), str(m.kind), frm, str(m.to), event_detail_text(m.detail)]
 
 
 def _move_sql(m: Move, everything: bool) -> Statement:
-    values = dict(m.values)
-    if m.kind is not None and not m.kind.changes_nothing:
-        values["status"] = str(m.to)
-    values["updated_at"] = m.at
-    sets = ", ".join(f"{k} = %s" for k in values)
-    where, guard = _guard(m)
-    args = [_clean(v) for v in values.values()] + guard
+    update, args = statements.move_update(m, DIALECT)
+    args = [_clean(v) for v in args]
     back = _COLS if everything else "attempt"
-    update = f"UPDATE actions SET {sets} WHERE {where}"
     if m.kind is None:
         return f"{update} RETURNING {back}", args
     sql = (

@@ -44,7 +44,7 @@ from ..errors import (
     LedgerOutdated,
     LedgerReadOnly,
 )
-from ..model import CALLBACK_NAMES, ActionRecord, Callback, Event, EventKind, PendingCallback
+from ..model import ActionRecord, Callback, Event, EventKind, PendingCallback
 from . import query, statements
 from .base import (
     CALLBACK_COLUMNS,
@@ -100,6 +100,8 @@ DIALECT = query.Dialect(
     json_field=lambda expr, key: f"json_extract({expr}, '$.{key}')",
 )
 READS = statements.reads(DIALECT)
+WRITES = statements.writes(DIALECT)
+_BY_NAME = statements.named_records(WRITES)
 
 T = TypeVar("T")
 
@@ -570,12 +572,7 @@ class SqliteLedger(Ledger):
 
     def lease_one(self, rec: ActionRecord, *, owner: str, until: str, now: str) -> bool:
         with self._write("lease a record") as c:
-            cur = c.execute(
-                "UPDATE actions SET lease_owner = ?, next_check_at = ? WHERE action_id = ?"
-                " AND status = ? AND (lease_owner IS NULL OR next_check_at IS NULL"
-                " OR next_check_at <= ?)",
-                (owner, until, rec.action_id, str(rec.status), now),
-            )
+            cur = c.execute(WRITES.lease_one, (owner, until, rec.action_id, str(rec.status), now))
             return cur.rowcount == 1
 
     def hand_back(self, leased: Sequence[ActionRecord], *, owner: str) -> None:
@@ -596,8 +593,7 @@ class SqliteLedger(Ledger):
         row["next_check_at"] = retry_pending_at(now, 0)
         with self._write("record a callback") as c:
             cur = c.execute(
-                f"INSERT INTO callbacks ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})"
-                " ON CONFLICT(provider, event_id) DO NOTHING",
+                statements.insert("callbacks", list(row), "provider, event_id", DIALECT),
                 list(row.values()),
             )
             if cur.rowcount != 1:
@@ -638,10 +634,7 @@ class SqliteLedger(Ledger):
                 pending = pending_from_row(row)
                 key = (pending.callback.provider, pending.callback.event_id)
                 if pending.callback.expires_at <= at:
-                    c.execute(
-                        "UPDATE callbacks SET state = 'expired', next_check_at = NULL"
-                        " WHERE provider = ? AND event_id = ? AND state = 'pending'", key,
-                    )  # fmt: skip
+                    c.execute(WRITES.callback_expired, key)
                     sweep.expired += 1
                     continue
                 _, move = self._settle_callback(c, pending, decide, now)
@@ -649,9 +642,7 @@ class SqliteLedger(Ledger):
                     sweep.matched.append((pending, move))
                 else:
                     c.execute(
-                        "UPDATE callbacks SET tries = tries + 1, next_check_at = ?"
-                        " WHERE provider = ? AND event_id = ? AND state = 'pending'",
-                        (retry_pending_at(now, pending.tries + 1), *key),
+                        WRITES.callback_retry, (retry_pending_at(now, pending.tries + 1), *key)
                     )
         return sweep
 
@@ -675,27 +666,19 @@ class SqliteLedger(Ledger):
         cb = pending.callback
         key = (cb.provider, cb.event_id)
         if pending.action_id is not None:
-            cur = c.execute(f"{_SELECT} WHERE action_id = ?", (pending.action_id,))
+            cur = c.execute(WRITES.bound_record, (pending.action_id,))
         else:
-            assert cb.names in CALLBACK_NAMES  # a column name from a fixed list
-            cur = c.execute(
-                f"{_SELECT} WHERE provider = ? AND {cb.names} = ? LIMIT 2", (cb.provider, cb.key)
-            )
+            cur = c.execute(_BY_NAME[cb.names], (cb.provider, cb.key))
         found = [from_row(r) for r in _dicts(cur)]
         if len(found) != 1:
             return (Taken.AMBIGUOUS if found else Taken.PENDING), None
         rec = found[0]
         move = decide(pending, rec, now)
         if move is None or self._apply(c, move, everything=False) is None:
-            c.execute(
-                "UPDATE callbacks SET action_id = ?, attempt = ? WHERE provider = ?"
-                " AND event_id = ? AND state = 'pending'",
-                (rec.action_id, pending.attempt or rec.attempt, *key),
-            )
+            c.execute(WRITES.callback_bound, (rec.action_id, pending.attempt or rec.attempt, *key))
             return Taken.PENDING, None
         c.execute(
-            "UPDATE callbacks SET state = 'matched', action_id = ?, attempt = ?, matched_at = ?,"
-            " next_check_at = NULL WHERE provider = ? AND event_id = ? AND state = 'pending'",
+            WRITES.callback_matched,
             (rec.action_id, rec.attempt if pending.attempt is None else pending.attempt,
              to_text(now), *key),
         )  # fmt: skip
@@ -736,12 +719,7 @@ class SqliteLedger(Ledger):
         """The new PENDING row and its ``recorded`` event. Returns None when it
         inserted, else the record already under that id (``Conflict`` when it is
         another action, unless ``same`` is false: the caller compares)."""
-        row = to_row(rec)
-        cur = c.execute(
-            f"INSERT INTO actions ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})"
-            " ON CONFLICT(action_id) DO NOTHING",
-            list(row.values()),
-        )
+        cur = c.execute(_INSERT, list(to_row(rec).values()))
         if cur.rowcount != 1:
             found = self.find(rec.action_id)
             assert found is not None
@@ -755,21 +733,7 @@ class SqliteLedger(Ledger):
     def _apply(self, c: sqlite3.Connection, m: Move, *, everything: bool) -> dict[str, Any] | None:
         """One guarded move inside the caller's transaction; the row (all columns when
         ``everything``, else just its attempt), or None when the guard did not hold."""
-        values = dict(m.values)
-        if m.kind is not None and not m.kind.changes_nothing:
-            values["status"] = str(m.to)
-        values["updated_at"] = m.at
-        sets = ", ".join(f"{k} = ?" for k in values)
-        sql = f"UPDATE actions SET {sets} WHERE action_id = ? AND status = ?"
-        args: list[Any] = [*values.values(), m.action_id, str(m.frm)]
-        if m.owner is not None:
-            sql += " AND lease_owner = ?"
-            args.append(m.owner)
-        if m.attempt is not None:
-            sql += " AND attempt = ?"
-            args.append(m.attempt)
-        if m.correction:
-            sql += " AND contradiction IS NOT NULL"
+        sql, args = statements.move_update(m, DIALECT)
         row: dict[str, Any] | None
         if HAS_RETURNING:  # the new row in the same statement: no SELECT after the UPDATE
             cur = c.execute(sql + (f" RETURNING {', '.join(COLUMNS)}" if everything
@@ -809,6 +773,7 @@ class SqliteLedger(Ledger):
 
 
 _CB_COLS = ", ".join(CALLBACK_COLUMNS)
+_INSERT = statements.insert("actions", COLUMNS, "action_id", DIALECT)
 
 
 def _dicts(cur: sqlite3.Cursor) -> list[dict[str, Any]]:

@@ -1,5 +1,6 @@
-"""The ledger's reads, written once: named statements that both backends run, and the
-rows they return turned into values. A statement marks its parameters with ``?``;
+"""The ledger's statements, written once: the named reads (and the writes that are the
+same SQL on both backends) that both backends run, and the rows they return turned
+into values. A statement marks its parameters with ``?``;
 ``render`` writes it in a backend's ``query.Dialect`` (``%s`` for psycopg), with the
 few fragments that differ filled in:
 
@@ -19,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..model import ActionRecord, Event
-from .base import CALLBACK_COLUMNS, CallbackFigures
+from ..model import CALLBACK_NAMES, ActionRecord, Event
+from .base import CALLBACK_COLUMNS, CallbackFigures, Move
 from .columns import COLUMNS
 from .query import Dialect
 
@@ -76,6 +77,80 @@ class Reads:
     pending_for: str = f"{_CALLBACKS} WHERE {_NAMING} ORDER BY received_at, event_id{{lock}}"
 
 
+@dataclass(frozen=True)
+class Writes:
+    """The named write statements both backends run as they are, in one dialect. A
+    move's guarded update (``move_update``) and the inserts are built per call: their
+    columns are the move's, or the row's."""
+
+    # lease one record for a check now, unless another checker holds it
+    lease_one: str = (
+        "UPDATE actions SET lease_owner = ?, next_check_at = ? WHERE action_id = ?"
+        " AND status = ? AND (lease_owner IS NULL OR next_check_at IS NULL"
+        " OR next_check_at <= ?)"
+    )
+    # the record a kept callback is bound to, read (and locked) to settle it
+    bound_record: str = f"{SELECT} WHERE action_id = ?{{lock}}"
+    # a kept callback left pending, bound to its record and attempt
+    callback_bound: str = (
+        "UPDATE callbacks SET action_id = ?, attempt = ? WHERE provider = ?"
+        " AND event_id = ? AND state = 'pending'"
+    )
+    callback_matched: str = (
+        "UPDATE callbacks SET state = 'matched', action_id = ?, attempt = ?, matched_at = ?,"
+        " next_check_at = NULL WHERE provider = ? AND event_id = ? AND state = 'pending'"
+    )
+    callback_expired: str = (
+        "UPDATE callbacks SET state = 'expired', next_check_at = NULL"
+        " WHERE provider = ? AND event_id = ? AND state = 'pending'"
+    )
+    callback_retry: str = (
+        "UPDATE callbacks SET tries = tries + 1, next_check_at = ?"
+        " WHERE provider = ? AND event_id = ? AND state = 'pending'"
+    )
+    # by each value a callback may name its record by (``model.CALLBACK_NAMES``)
+    named_record: str = f"{SELECT} WHERE provider = ? AND {{names}} = ? LIMIT 2{{lock}}"
+
+
+def named_records(writes: Writes) -> dict[str, str]:
+    """``Writes.named_record`` for each name a callback may use (column names from a
+    fixed list, never input)."""
+    return {n: writes.named_record.replace("{names}", n) for n in CALLBACK_NAMES}
+
+
+def insert(table: str, names: Sequence[str], conflict: str, d: Dialect) -> str:
+    """An insert of one row of ``names`` that does nothing when ``conflict`` (the key's
+    columns) is taken."""
+    marks = ", ".join([d.mark] * len(names))
+    return (
+        f"INSERT INTO {table} ({', '.join(names)}) VALUES ({marks})"
+        f" ON CONFLICT ({conflict}) DO NOTHING"
+    )
+
+
+def move_update(m: Move, d: Dialect) -> tuple[str, list[Any]]:
+    """A move's guarded ``UPDATE`` (no ``RETURNING``): its values, its new status
+    unless it changes nothing, its time; applied only while the record is where the
+    mover saw it (status, and lease owner, attempt and contradiction when given)."""
+    values = dict(m.values)
+    if m.kind is not None and not m.kind.changes_nothing:
+        values["status"] = str(m.to)
+    values["updated_at"] = m.at
+    mark = d.mark
+    sets = ", ".join(f"{k} = {mark}" for k in values)
+    sql = f"UPDATE actions SET {sets} WHERE action_id = {mark} AND status = {mark}"
+    args: list[Any] = [*values.values(), m.action_id, str(m.frm)]
+    if m.owner is not None:
+        sql += f" AND lease_owner = {mark}"
+        args.append(m.owner)
+    if m.attempt is not None:
+        sql += f" AND attempt = {mark}"
+        args.append(m.attempt)
+    if m.correction:
+        sql += " AND contradiction IS NOT NULL"
+    return sql, args
+
+
 def render(template: str, d: Dialect) -> str:
     """``template`` in dialect ``d``."""
     assert "%" not in template  # psycopg would read it as a placeholder
@@ -86,6 +161,14 @@ def render(template: str, d: Dialect) -> str:
 def reads(d: Dialect) -> Reads:
     """Every read statement in dialect ``d`` (rendered once, when a backend loads)."""
     return Reads(**{f.name: render(str(f.default), d) for f in fields(Reads)})
+
+
+def writes(d: Dialect) -> Writes:
+    """Every named write statement in dialect ``d`` (``{names}`` is left in place)."""
+    return Writes(
+        **{f.name: render(str(f.default).replace("{names}", "{{names}}"), d)
+           for f in fields(Writes)}
+    )  # fmt: skip
 
 
 # -- their arguments and rows ------------------------------------------------------------------
@@ -136,12 +219,17 @@ __all__ = [
     "EVENT_COLUMNS",
     "SELECT",
     "Reads",
+    "Writes",
     "callback_figures",
     "event_from_row",
     "ids_args",
+    "insert",
+    "move_update",
+    "named_records",
     "pages",
     "pending_args",
     "reads",
     "render",
     "rivals_args",
+    "writes",
 ]
