@@ -891,7 +891,7 @@ class PostgresLedger(Ledger):
     # ------------------------------------------------------------ inside a transaction
     @staticmethod
     def _find(cur: Cursor, action_id: str) -> ActionRecord | None:
-        cur.execute(f"{_SELECT} WHERE action_id = %s", (action_id,))
+        cur.execute(READS.find, (action_id,))
         got = cur.fetchone()
         return from_row(dict(zip(COLUMNS, got, strict=True))) if got else None
 

@@ -745,7 +745,7 @@ class SqliteLedger(Ledger):
         else:
             if c.execute(sql, args).rowcount != 1:
                 return None
-            cur = c.execute(f"{_SELECT} WHERE action_id = ?", (m.action_id,))
+            cur = c.execute(READS.find, (m.action_id,))
             row = dict(zip([d[0] for d in cur.description], cur.fetchone(), strict=True))
         if m.kind is not None:
             self._event(c, m.action_id, m.at, m.actor, m.kind, str(m.frm), str(m.to),
