@@ -270,41 +270,8 @@ class Declared:
         return [f"{k}: {mine[k]} → {theirs[k]}" for k in mine if mine[k] != theirs[k]]
 
 
-# Public JSON fields of a record, in the contract's order.
-RECORD_FIELDS = (
-    "action_id",
-    "provider",
-    "operation",
-    "params",
-    "params_hash",
-    "tier",
-    "reconciliation_key",
-    "eligible_at",
-    "requires_manual_verification",
-    "attempt",
-    "idempotency_key",
-    "dispatch_id",
-    "provider_object_id",
-    "status",
-    "delivery",
-    "acceptance",
-    "dispatched_at",
-    "confirmed_at",
-    "confirmed_by",
-    "created_at",
-    "updated_at",
-    "lease_owner",
-    "lease_expires_at",
-    "next_check_at",
-    "verify_deadline_at",
-    "checks",
-    "reason",
-    "lands_by",
-    "contradiction",
-    "declared",
-    "counted_checks",
-    "check_error",
-)
+# A record field that the ledger keeps but that is no part of its public JSON.
+_INTERNAL = {"internal": True}
 
 
 @dataclass
@@ -348,16 +315,16 @@ class ActionRecord:
     lease_owner: str | None = None
     lease_expires_at: str | None = None
     next_check_at: str | None = None
+    verify_started_at: str | None = field(default=None, repr=False, metadata=_INTERNAL)
     verify_deadline_at: str | None = None
     checks: int = 0
     reason: str | None = None
+    snapshot: Any = field(default=None, repr=False, metadata=_INTERNAL)
     lands_by: str | None = None
     contradiction: str | None = None
     declared: Declared | None = None
     counted_checks: int = 0
     check_error: str | None = None
-    verify_started_at: str | None = field(default=None, repr=False)
-    snapshot: Any = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in RECORD_FIELDS}
@@ -367,6 +334,11 @@ class ActionRecord:
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
+
+
+# Public JSON fields of a record, in the contract's order: the fields of ``ActionRecord``
+# (whose order is also the ledger's column order, ``storage.columns``), less the internal.
+RECORD_FIELDS = tuple(f.name for f in fields(ActionRecord) if not f.metadata.get("internal"))
 
 
 @dataclass(frozen=True)
@@ -532,35 +504,17 @@ class Observation:
 # ------------------------------------------------------------------ the one way a record changes
 
 
-# Columns a move may set. Names never come from user input, and this set keeps it so.
-WRITABLE = frozenset(
+# Fields fixed when a record is written: no ``Move`` may set them (``updated_at`` is set
+# by every move itself, from its time).
+FIXED = frozenset(
     {
-        "status",
-        "delivery",
-        "acceptance",
-        "attempt",
-        "idempotency_key",
-        "reconciliation_key",
-        "eligible_at",
-        "dispatch_id",
-        "provider_object_id",
-        "dispatched_at",
-        "confirmed_at",
-        "confirmed_by",
-        "lease_owner",
-        "lease_expires_at",
-        "next_check_at",
-        "verify_started_at",
-        "verify_deadline_at",
-        "checks",
-        "reason",
-        "snapshot",
-        "lands_by",
-        "contradiction",
-        "counted_checks",
-        "check_error",
+        "action_id", "provider", "operation", "params", "params_hash", "tier",
+        "requires_manual_verification", "created_at", "updated_at", "declared",
     }
-)
+)  # fmt: skip
+# Columns a move may set: every other field of the record. Names never come from user
+# input, and this set keeps it so.
+WRITABLE = frozenset(f.name for f in fields(ActionRecord)) - FIXED
 
 
 @dataclass(frozen=True)

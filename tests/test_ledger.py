@@ -240,11 +240,12 @@ def test_processes_creating_one_new_ledger_at_once_all_succeed(
 
 
 @pytest.mark.sqlite_only
-def test_a_file_with_tables_is_always_marked_as_a_ledger(
+def test_a_new_ledger_is_made_whole_or_not_at_all(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The mark (application_id) is written in the same transaction as the first
-    schema step, so no process can ever see tables in an unmarked file."""
+    """Every step of a new ledger, and the mark (application_id), land in one
+    transaction: no process can ever see tables in an unmarked file, nor a ledger half
+    built that a command that never migrates would refuse as older."""
 
     def boom(db: object) -> None:
         raise RuntimeError("stop after the first step")
@@ -255,7 +256,16 @@ def test_a_file_with_tables_is_always_marked_as_a_ledger(
         Ledger.open(path)
     con = sqlite3.connect(path)
     try:
-        assert con.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert con.execute("PRAGMA user_version").fetchone()[0] == 0
+        assert con.execute("PRAGMA application_id").fetchone()[0] == 0
+        assert con.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
+    finally:
+        con.close()
+    monkeypatch.undo()
+    with Ledger.open(path) as led:  # made whole on the next open
+        assert led.schema_version() == migrations.LATEST
+    con = sqlite3.connect(path)
+    try:
         assert con.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
     finally:
         con.close()

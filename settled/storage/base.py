@@ -24,20 +24,20 @@ from ..clock import Clock, from_text
 from ..crashpoints import Probe, no_probe
 from ..errors import Conflict, NotFound
 from ..model import (
-    WRITABLE,
-    Acceptance,
     ActionRecord,
     Callback,
-    Declared,
-    Delivery,
     Event,
     Move,
     PendingCallback,
     Reported,
     Status,
-    Tier,
 )
+from .columns import COLUMNS, WRITABLE, from_row, to_row
 from .query import SORT_FIELDS
+
+# The record's columns are generated from ``ActionRecord`` in ``columns``, with
+# ``to_row`` and ``from_row``; those a move may set (``WRITABLE``) are the model's.
+
 
 # Statuses a due scan may take: a lost dispatcher, or a record waiting for evidence.
 DUE_STATUSES = (Status.IN_FLIGHT, Status.AWAITING_VERIFICATION, Status.DENIED_UNRESOLVED)
@@ -702,44 +702,7 @@ def same_action(existing: ActionRecord, new: ActionRecord) -> None:
         )
 
 
-# -- rows --------------------------------------------------------------------------------
-
-COLUMNS = (
-    "action_id",
-    "provider",
-    "operation",
-    "params",
-    "params_hash",
-    "tier",
-    "reconciliation_key",
-    "eligible_at",
-    "requires_manual_verification",
-    "attempt",
-    "idempotency_key",
-    "dispatch_id",
-    "provider_object_id",
-    "status",
-    "delivery",
-    "acceptance",
-    "dispatched_at",
-    "confirmed_at",
-    "confirmed_by",
-    "created_at",
-    "updated_at",
-    "lease_owner",
-    "lease_expires_at",
-    "next_check_at",
-    "verify_started_at",
-    "verify_deadline_at",
-    "checks",
-    "reason",
-    "snapshot",
-    "lands_by",
-    "contradiction",
-    "declared",
-    "counted_checks",
-    "check_error",
-)
+# -- rows ----------------------------------------------------------------------------------
 
 # What the reads of settled (``show``, ``queue``, ``stats``, ``providers audit``) select,
 # by table: an older ledger whose tables hold all of these is read as it is by a
@@ -764,96 +727,6 @@ def missing_for_reads(
         for column in columns
         if column not in found.get(table, set())
     ]
-
-
-def to_row(rec: ActionRecord) -> dict[str, Any]:
-    """A record as the columns store it (JSON text for params, snapshot, declared)."""
-    return {
-        "action_id": rec.action_id,
-        "provider": rec.provider,
-        "operation": rec.operation,
-        "params": params_text(rec.params),
-        "params_hash": rec.params_hash,
-        "tier": str(rec.tier),
-        "reconciliation_key": rec.reconciliation_key,
-        "eligible_at": rec.eligible_at,
-        "requires_manual_verification": int(rec.requires_manual_verification),
-        "attempt": rec.attempt,
-        "idempotency_key": rec.idempotency_key,
-        "dispatch_id": rec.dispatch_id,
-        "provider_object_id": rec.provider_object_id,
-        "status": str(rec.status),
-        "delivery": str(rec.delivery),
-        "acceptance": str(rec.acceptance),
-        "dispatched_at": rec.dispatched_at,
-        "confirmed_at": rec.confirmed_at,
-        "confirmed_by": rec.confirmed_by,
-        "created_at": rec.created_at,
-        "updated_at": rec.updated_at,
-        "lease_owner": rec.lease_owner,
-        "lease_expires_at": rec.lease_expires_at,
-        "next_check_at": rec.next_check_at,
-        "verify_started_at": rec.verify_started_at,
-        "verify_deadline_at": rec.verify_deadline_at,
-        "checks": rec.checks,
-        "reason": rec.reason,
-        "snapshot": json_text(rec.snapshot),
-        "lands_by": rec.lands_by,
-        "contradiction": rec.contradiction,
-        "declared": json_text(rec.declared.to_json()) if rec.declared else None,
-        "counted_checks": rec.counted_checks,
-        "check_error": rec.check_error,
-    }
-
-
-def from_row(row: Mapping[str, Any]) -> ActionRecord:
-    snap, declared = row.get("snapshot"), row.get("declared")
-    return ActionRecord(
-        action_id=row["action_id"],
-        provider=row["provider"],
-        operation=row["operation"],
-        params=json.loads(row["params"]),
-        params_hash=row["params_hash"],
-        tier=Tier(row["tier"]),
-        reconciliation_key=row["reconciliation_key"],
-        eligible_at=row["eligible_at"],
-        requires_manual_verification=bool(row["requires_manual_verification"]),
-        attempt=row["attempt"],
-        idempotency_key=row["idempotency_key"],
-        dispatch_id=row["dispatch_id"],
-        provider_object_id=row["provider_object_id"],
-        status=Status(row["status"]),
-        delivery=Delivery(row["delivery"]),
-        acceptance=Acceptance(row["acceptance"]),
-        dispatched_at=row["dispatched_at"],
-        confirmed_at=row["confirmed_at"],
-        confirmed_by=row["confirmed_by"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        lease_owner=row["lease_owner"],
-        lease_expires_at=row["lease_expires_at"],
-        next_check_at=row["next_check_at"],
-        verify_deadline_at=row["verify_deadline_at"],
-        checks=row["checks"],
-        reason=row["reason"],
-        lands_by=row.get("lands_by"),
-        contradiction=row.get("contradiction"),
-        declared=Declared.from_json(json.loads(declared)) if declared else None,
-        counted_checks=row.get("counted_checks") or 0,
-        check_error=row.get("check_error"),
-        verify_started_at=row.get("verify_started_at"),
-        snapshot=json.loads(snap) if snap is not None else None,
-    )
-
-
-def params_text(params: Any) -> str:
-    return json.dumps(params, sort_keys=True, ensure_ascii=False, allow_nan=False)
-
-
-def json_text(value: Any) -> str | None:
-    if value is None:
-        return None
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
 def event_detail_text(detail: Mapping[str, Any]) -> str:

@@ -34,7 +34,6 @@ in the location never reaches ``location``, a message or a log (``redact``).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -56,7 +55,6 @@ from ..errors import (
     MissingExtra,
 )
 from ..model import (
-    CALLBACK_NAMES,
     ActionRecord,
     Callback,
     Event,
@@ -64,7 +62,7 @@ from ..model import (
     PendingCallback,
     Status,
 )
-from . import postgres_schema, query
+from . import postgres_schema, query, statements
 from .base import (
     CALLBACK_COLUMNS,
     COLUMNS,
@@ -95,6 +93,7 @@ from .base import (
     sort_due,
     to_row,
 )
+from .columns import BOOLS
 
 try:
     import psycopg
@@ -115,7 +114,7 @@ CLOCK_REFRESH = 30.0  # s between readings of the database's clock
 IDLE_CHECK = 10.0  # s a connection may sit unused before it is checked before use
 POOL_MAX = 8  # connections for threads that use one ledger at the same time
 _COLS = ", ".join(COLUMNS)
-_SELECT = f"SELECT {_COLS} FROM actions"
+_SELECT = statements.SELECT
 _EVENT_COLS = "action_id, at, actor, kind, from_status, to_status, attempt, detail"
 
 
@@ -140,7 +139,15 @@ DIALECT = query.Dialect(
     ),
     age_seconds="extract(epoch FROM (%s::timestamptz - created_at))",
     reason_group=_reason_group,
+    seconds=lambda frm, to: f"extract(epoch FROM {to} - {frm})",
+    # the details are JSON text; ``::json`` reads them as they were written
+    json_field=lambda expr, key: f"({expr}::json ->> '{key}')",
+    time_mark="?::timestamptz",
+    lock=" FOR UPDATE",
 )
+READS = statements.reads(DIALECT)
+WRITES = statements.writes(DIALECT)
+_BY_NAME = statements.named_records(WRITES)
 
 log = logging.getLogger("settled.storage.postgres")
 # The pool logs failed background connects itself; the ledger reports them as errors.
@@ -516,21 +523,11 @@ class PostgresLedger(Ledger):
 
     # ------------------------------------------------------------ reads
     def find(self, action_id: str) -> ActionRecord | None:
-        found = self._rows(f"{_SELECT} WHERE action_id = %s", (action_id,))
+        found = self._rows(READS.find, (action_id,))
         return found[0] if found else None
 
     def events(self, action_id: str) -> list[Event]:
-        rows = self._all(
-            f"SELECT id, {_EVENT_COLS} FROM events WHERE action_id = %s ORDER BY id",
-            (action_id,),
-        )
-        return [
-            Event(
-                id=r[0], action_id=r[1], at=r[2], actor=r[3], kind=r[4], from_status=r[5],
-                to_status=r[6], attempt=r[7], detail=json.loads(r[8]),
-            )
-            for r in rows
-        ]  # fmt: skip
+        return [statements.event_from_row(r) for r in self._all(READS.events, (action_id,))]
 
     def records(self, selection: Selection | None = None) -> list[ActionRecord]:
         sel = selection or Selection()
@@ -555,47 +552,32 @@ class PostgresLedger(Ledger):
         return fold_stats(rows["totals"][0], rows["cells"], rows["ages"], rows.get("ages_by"))
 
     def ids(self, prefix: str = "", limit: int = 200) -> list[str]:
-        # action_id is COLLATE "C": a range on the key is exactly "starts with"
-        rows = self._all(
-            "SELECT action_id FROM actions WHERE action_id >= %s AND action_id < %s"
-            " ORDER BY action_id LIMIT %s",
-            [prefix, prefix + "\U0010ffff", int(limit)],
-        )
-        return [str(r[0]) for r in rows]
+        # action_id is COLLATE "C": the range is in code point order, as on SQLite
+        return [str(r[0]) for r in self._all(READS.ids, statements.ids_args(prefix, limit))]
 
     def names(self) -> list[tuple[str, str]]:
-        rows = self._all("SELECT DISTINCT provider, operation FROM actions ORDER BY 1, 2")
-        return [(r[0], r[1]) for r in rows]
+        return [(r[0], r[1]) for r in self._all(READS.names)]
 
     def status_counts(self) -> dict[tuple[str, str], int]:
-        rows = self._all("SELECT status, provider, count(*) FROM actions GROUP BY 1, 2")
-        return {(r[0], r[1]): int(r[2]) for r in rows}
+        return {(r[0], r[1]): int(r[2]) for r in self._all(READS.status_counts)}
 
     def check_failures(self) -> dict[str, int]:
-        rows = self._all(
-            "SELECT provider, count(*) FROM actions WHERE check_error IS NOT NULL"
-            " AND status NOT IN ('CONFIRMED', 'FAILED') GROUP BY 1"
-        )
-        return {r[0]: int(r[1]) for r in rows}
+        return {r[0]: int(r[1]) for r in self._all(READS.check_failures)}
 
     def rivals(self, rec: ActionRecord, limit: int = 5) -> list[str]:
-        rows = self._all(
-            "SELECT action_id FROM actions WHERE provider = %s AND operation = %s"
-            " AND params_hash = %s AND action_id <> %s AND dispatched_at IS NOT NULL"
-            " AND NOT (status = 'FAILED' AND delivery = 'FAILED')"
-            " AND (confirmed_at IS NULL OR %s::timestamptz IS NULL OR confirmed_at >= %s)"
-            " ORDER BY created_at LIMIT %s",
-            (rec.provider, rec.operation, rec.params_hash, rec.action_id,
-             rec.dispatched_at, rec.dispatched_at, limit),
-        )  # fmt: skip
-        return [r[0] for r in rows]
+        return [r[0] for r in self._all(READS.rivals, statements.rivals_args(rec, limit))]
 
     def figures(self) -> dict[tuple[str, str], Figures]:
-        from . import postgres_audit
+        from . import audit_sql
+
+        def run(sql: str, args: list[Any]) -> list[tuple[Any, ...]]:
+            cur.execute(sql, args)
+            return cur.fetchall()
 
         with self._tx("read the audit's figures") as cur:
             cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            return postgres_audit.figures(cur)
+            figures: dict[tuple[str, str], Figures] = audit_sql.figures(run, DIALECT)
+            return figures
 
     def integrity_check(self) -> str:
         def run(cur: Cursor) -> str:
@@ -846,12 +828,7 @@ class PostgresLedger(Ledger):
 
     def lease_one(self, rec: ActionRecord, *, owner: str, until: str, now: str) -> bool:
         with self._one("lease a record") as cur:
-            cur.execute(
-                "UPDATE actions SET lease_owner = %s, next_check_at = %s WHERE action_id = %s"
-                " AND status = %s AND (lease_owner IS NULL OR next_check_at IS NULL"
-                " OR next_check_at <= %s)",
-                (owner, until, rec.action_id, str(rec.status), now),
-            )
+            cur.execute(WRITES.lease_one, (owner, until, rec.action_id, str(rec.status), now))
             return cur.rowcount == 1
 
     def hand_back(self, leased: Sequence[ActionRecord], *, owner: str) -> None:
@@ -874,8 +851,7 @@ class PostgresLedger(Ledger):
         with self._tx("record a callback") as cur:
             _lock_values(cur, cb.provider, [cb.key])
             cur.execute(
-                f"INSERT INTO callbacks ({', '.join(row)}) VALUES ({', '.join(['%s'] * len(row))})"
-                " ON CONFLICT (provider, event_id) DO NOTHING",
+                statements.insert("callbacks", list(row), "provider, event_id", DIALECT),
                 list(row.values()),
             )
             if cur.rowcount != 1:
@@ -887,12 +863,7 @@ class PostgresLedger(Ledger):
         values = {v for v in (rec.action_id, rec.reconciliation_key, rec.provider_object_id) if v}
         with self._tx("match callbacks") as cur:
             _lock_values(cur, rec.provider, sorted(values))
-            sql, args = _pending_where(rec)
-            cur.execute(
-                f"SELECT {_CB_COLS} FROM callbacks WHERE {sql} ORDER BY received_at, event_id"
-                " FOR UPDATE",
-                args,
-            )
+            cur.execute(READS.pending_for, statements.pending_args(rec))
             for pending in [pending_from_row(r) for r in _cb_dicts(cur)]:
                 _, move = self._settle_callback(cur, pending, decide, now)
                 if move is not None:
@@ -921,11 +892,7 @@ class PostgresLedger(Ledger):
                 sweep.examined += 1
                 pending = pending_from_row(rows[0])
                 if pending.callback.expires_at <= at:
-                    cur.execute(
-                        "UPDATE callbacks SET state = 'expired', next_check_at = NULL"
-                        " WHERE provider = %s AND event_id = %s",
-                        (provider, event_id),
-                    )
+                    cur.execute(WRITES.callback_expired, (provider, event_id))
                     sweep.expired += 1
                     continue
                 _, move = self._settle_callback(cur, pending, decide, now)
@@ -933,27 +900,16 @@ class PostgresLedger(Ledger):
                     sweep.matched.append((pending, move))
                 else:
                     cur.execute(
-                        "UPDATE callbacks SET tries = tries + 1, next_check_at = %s"
-                        " WHERE provider = %s AND event_id = %s AND state = 'pending'",
+                        WRITES.callback_retry,
                         (retry_pending_at(now, pending.tries + 1), provider, event_id),
                     )
         return sweep
 
     def callback_figures(self) -> dict[str, CallbackFigures]:
-        rows = self._all(
-            "SELECT provider, state, count(*), min(received_at) FROM callbacks GROUP BY 1, 2"
-        )
-        out: dict[str, CallbackFigures] = {}
-        for provider, state, n, oldest in rows:
-            f = out.setdefault(provider, CallbackFigures())
-            setattr(f, state, int(n))
-            if state == "pending":
-                f.oldest_pending = oldest
-        return out
+        return statements.callback_figures(self._all(READS.callback_figures))
 
     def pending_callbacks(self, rec: ActionRecord) -> int:
-        sql, args = _pending_where(rec)
-        return int(self._all(f"SELECT count(*) FROM callbacks WHERE {sql}", args)[0][0])
+        return int(self._all(READS.pending_count, statements.pending_args(rec))[0][0])
 
     def _settle_callback(
         self, cur: Cursor, pending: PendingCallback, decide: Decide, now: datetime
@@ -964,13 +920,9 @@ class PostgresLedger(Ledger):
         cb = pending.callback
         key = (cb.provider, cb.event_id)
         if pending.action_id is not None:
-            cur.execute(f"{_SELECT} WHERE action_id = %s FOR UPDATE", (pending.action_id,))
+            cur.execute(WRITES.bound_record, (pending.action_id,))
         else:
-            assert cb.names in CALLBACK_NAMES  # a column name from a fixed list
-            cur.execute(
-                f"{_SELECT} WHERE provider = %s AND {cb.names} = %s LIMIT 2 FOR UPDATE",
-                (cb.provider, cb.key),
-            )
+            cur.execute(_BY_NAME[cb.names], (cb.provider, cb.key))
         found = [from_row(dict(zip(COLUMNS, r, strict=True))) for r in cur.fetchall()]
         if len(found) != 1:
             return (Taken.AMBIGUOUS if found else Taken.PENDING), None
@@ -978,15 +930,11 @@ class PostgresLedger(Ledger):
         move = decide(pending, rec, now)
         if move is None or self._apply(cur, move, everything=False) is None:
             cur.execute(
-                "UPDATE callbacks SET action_id = %s, attempt = %s WHERE provider = %s"
-                " AND event_id = %s AND state = 'pending'",
-                (rec.action_id, pending.attempt or rec.attempt, *key),
+                WRITES.callback_bound, (rec.action_id, pending.attempt or rec.attempt, *key)
             )
             return Taken.PENDING, None
         cur.execute(
-            "UPDATE callbacks SET state = 'matched', action_id = %s, attempt = %s,"
-            " matched_at = %s, next_check_at = NULL WHERE provider = %s AND event_id = %s"
-            " AND state = 'pending'",
+            WRITES.callback_matched,
             (rec.action_id, rec.attempt if pending.attempt is None else pending.attempt,
              to_text(now), *key),
         )  # fmt: skip
@@ -996,25 +944,13 @@ class PostgresLedger(Ledger):
     def export(self, *, after: str | None = None, limit: int = 500) -> list[History]:
         with self._tx("read a page of the ledger") as cur:
             cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            cur.execute(
-                f"{_SELECT} WHERE action_id > %s ORDER BY action_id LIMIT %s", (after or "", limit)
-            )
+            cur.execute(READS.page, (after or "", limit))
             records = [from_row(dict(zip(COLUMNS, r, strict=True))) for r in cur.fetchall()]
             if not records:
                 return []
-            cur.execute(
-                f"SELECT id, {_EVENT_COLS} FROM events WHERE action_id = ANY(%s)"
-                " ORDER BY action_id, id",
-                ([r.action_id for r in records],),
-            )
+            cur.execute(READS.page_events, (records[0].action_id, records[-1].action_id))
             rows = cur.fetchall()
-        logs: dict[str, list[Event]] = {r.action_id: [] for r in records}
-        for r in rows:
-            logs[r[1]].append(
-                Event(id=r[0], action_id=r[1], at=r[2], actor=r[3], kind=r[4], from_status=r[5],
-                      to_status=r[6], attempt=r[7], detail=json.loads(r[8]))
-            )  # fmt: skip
-        return [(rec, logs[rec.action_id]) for rec in records]
+        return statements.pages(records, rows)
 
     def restore(
         self,
@@ -1048,7 +984,7 @@ class PostgresLedger(Ledger):
     # ------------------------------------------------------------ inside a transaction
     @staticmethod
     def _find(cur: Cursor, action_id: str) -> ActionRecord | None:
-        cur.execute(f"{_SELECT} WHERE action_id = %s", (action_id,))
+        cur.execute(READS.find, (action_id,))
         got = cur.fetchone()
         return from_row(dict(zip(COLUMNS, got, strict=True))) if got else None
 
@@ -1146,38 +1082,14 @@ def _lock_values(cur: Cursor, provider: str, values: Sequence[str]) -> None:
         )
 
 
-def _pending_where(rec: ActionRecord) -> tuple[str, list[Any]]:
-    """Pending callbacks that name ``rec``: bound to it, or naming one of its values."""
-    return (
-        "provider = %s AND state = 'pending' AND (action_id = %s OR (action_id IS NULL AND ("
-        "(names = 'action_id' AND key = %s) OR (names = 'reconciliation_key' AND key = %s)"
-        " OR (names = 'provider_object_id' AND key = %s))))",
-        [rec.provider, rec.action_id, rec.action_id, rec.reconciliation_key,
-         rec.provider_object_id],
-    )  # fmt: skip
-
-
 Statement = tuple[str, list[Any]]
 
 
 def _row(rec: ActionRecord) -> dict[str, Any]:
     row = to_row(rec)
-    row["requires_manual_verification"] = bool(row["requires_manual_verification"])
+    for name in BOOLS:  # ``boolean`` columns here, 0/1 in the portable row
+        row[name] = bool(row[name])
     return {k: _clean(v) for k, v in row.items()}
-
-
-def _guard(m: Move) -> tuple[str, list[Any]]:
-    where = "action_id = %s AND status = %s"
-    args: list[Any] = [m.action_id, str(m.frm)]
-    if m.owner is not None:
-        where += " AND lease_owner = %s"
-        args.append(m.owner)
-    if m.attempt is not None:
-        where += " AND attempt = %s"
-        args.append(m.attempt)
-    if m.correction:
-        where += " AND contradiction IS NOT NULL"
-    return where, args
 
 
 def _event_args(m: Move, frm: str | None) -> list[Any]:
@@ -1185,15 +1097,9 @@ def _event_args(m: Move, frm: str | None) -> list[Any]:
 
 
 def _move_sql(m: Move, everything: bool) -> Statement:
-    values = dict(m.values)
-    if m.kind is not None and not m.kind.changes_nothing:
-        values["status"] = str(m.to)
-    values["updated_at"] = m.at
-    sets = ", ".join(f"{k} = %s" for k in values)
-    where, guard = _guard(m)
-    args = [_clean(v) for v in values.values()] + guard
+    update, args = statements.move_update(m, DIALECT)
+    args = [_clean(v) for v in args]
     back = _COLS if everything else "attempt"
-    update = f"UPDATE actions SET {sets} WHERE {where}"
     if m.kind is None:
         return f"{update} RETURNING {back}", args
     sql = (

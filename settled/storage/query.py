@@ -1,7 +1,8 @@
 """Which records a listing reads, and the figures ``settled stats`` shows: a
 ``Selection`` turned into SQL once, for both backends. A backend supplies only its
 ``Dialect``: how a parameter is marked, how a list is bound, how text is searched
-case-insensitively, how an age is measured and how a reason is grouped.
+case-insensitively, how an age is measured and how a reason is grouped. The other
+named reads are in ``statements``, rendered in the same ``Dialect``.
 
 Every value from a user is a bound parameter. ``--match`` text is searched for as a
 substring with ``instr``/``strpos`` (a position, never a ``LIKE`` pattern), so ``%``
@@ -119,6 +120,10 @@ class Dialect:
     detail_of_last_event: str  # the last event's detail.detail (text or NULL)
     age_seconds: str  # seconds since created_at at the bound time (one mark)
     reason_group: Callable[[str], str]  # the grouped reason of a text expression
+    seconds: Callable[[str, str], str]  # seconds from one time expression to another
+    json_field: Callable[[str, str], str]  # a field of JSON text, as text (or NULL)
+    time_mark: str = "?"  # a bound time that may be NULL (typed where the driver must know)
+    lock: str = ""  # the row lock of a read inside a write transaction (" FOR UPDATE")
 
 
 @dataclass(frozen=True)

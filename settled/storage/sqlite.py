@@ -45,8 +45,8 @@ from ..errors import (
     LedgerOutdated,
     LedgerReadOnly,
 )
-from ..model import CALLBACK_NAMES, ActionRecord, Callback, Event, EventKind, PendingCallback
-from . import query
+from ..model import ActionRecord, Callback, Event, EventKind, PendingCallback
+from . import query, statements
 from .base import (
     CALLBACK_COLUMNS,
     COLUMNS,
@@ -83,7 +83,7 @@ APPLICATION_ID = 0x53544C44  # "STLD": marks a file as a settled ledger
 SCHEMA_VERSION = 8  # == sqlite_schema.LATEST (checked by a test)
 DEFAULT_BUSY_TIMEOUT = 10.0
 HAS_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)  # UPDATE … RETURNING
-_SELECT = f"SELECT {', '.join(COLUMNS)} FROM actions"
+_SELECT = statements.SELECT
 _ANCHOR = ("boot_id", "wall", "steady")
 DIALECT = query.Dialect(
     mark="?",
@@ -99,7 +99,12 @@ DIALECT = query.Dialect(
     ),
     age_seconds="(julianday(?) - julianday(created_at)) * 86400.0",
     reason_group=lambda expr: f"settled_reason_group({expr})",
+    seconds=lambda frm, to: f"((julianday({to}) - julianday({frm})) * 86400.0)",
+    json_field=lambda expr, key: f"json_extract({expr}, '$.{key}')",
 )
+READS = statements.reads(DIALECT)
+WRITES = statements.writes(DIALECT)
+_BY_NAME = statements.named_records(WRITES)
 
 T = TypeVar("T")
 
@@ -383,24 +388,11 @@ class SqliteLedger(Ledger):
 
     # ------------------------------------------------------------ reads
     def find(self, action_id: str) -> ActionRecord | None:
-        found = self._rows(f"{_SELECT} WHERE action_id = ?", (action_id,))
+        found = self._rows(READS.find, (action_id,))
         return found[0] if found else None
 
     def events(self, action_id: str) -> list[Event]:
-        import json
-
-        rows = self._read_all(
-            "SELECT id, action_id, at, actor, kind, from_status, to_status, attempt, detail"
-            " FROM events WHERE action_id = ? ORDER BY id",
-            (action_id,),
-        )
-        return [
-            Event(
-                id=r[0], action_id=r[1], at=r[2], actor=r[3], kind=r[4], from_status=r[5],
-                to_status=r[6], attempt=r[7], detail=json.loads(r[8]),
-            )
-            for r in rows
-        ]  # fmt: skip
+        return [statements.event_from_row(r) for r in self._read_all(READS.events, (action_id,))]
 
     def records(self, selection: Selection | None = None) -> list[ActionRecord]:
         sel = selection or Selection()
@@ -432,45 +424,34 @@ class SqliteLedger(Ledger):
             return self._retry(run)
 
     def ids(self, prefix: str = "", limit: int = 200) -> list[str]:
-        rows = self._read_all(
-            "SELECT action_id FROM actions WHERE action_id >= ? AND action_id < ?"
-            " ORDER BY action_id LIMIT ?",
-            (prefix, prefix + "\U0010ffff", int(limit)),
-        )
-        return [str(r[0]) for r in rows]
+        return [str(r[0]) for r in self._read_all(READS.ids, statements.ids_args(prefix, limit))]
 
     def names(self) -> list[tuple[str, str]]:
-        rows = self._read_all("SELECT DISTINCT provider, operation FROM actions ORDER BY 1, 2")
-        return [(r[0], r[1]) for r in rows]
+        return [(r[0], r[1]) for r in self._read_all(READS.names)]
 
     def status_counts(self) -> dict[tuple[str, str], int]:
-        rows = self._read_all("SELECT status, provider, count(*) FROM actions GROUP BY 1, 2")
-        return {(r[0], r[1]): int(r[2]) for r in rows}
+        return {(r[0], r[1]): int(r[2]) for r in self._read_all(READS.status_counts)}
 
     def check_failures(self) -> dict[str, int]:
-        rows = self._read_all(
-            "SELECT provider, count(*) FROM actions WHERE check_error IS NOT NULL"
-            " AND status NOT IN ('CONFIRMED', 'FAILED') GROUP BY 1"
-        )
-        return {r[0]: int(r[1]) for r in rows}
+        return {r[0]: int(r[1]) for r in self._read_all(READS.check_failures)}
 
     def rivals(self, rec: ActionRecord, limit: int = 5) -> list[str]:
-        rows = self._read_all(
-            "SELECT action_id FROM actions WHERE provider = ? AND operation = ?"
-            " AND params_hash = ? AND action_id != ? AND dispatched_at IS NOT NULL"
-            " AND NOT (status = 'FAILED' AND delivery = 'FAILED')"
-            " AND (confirmed_at IS NULL OR confirmed_at >= ?)"
-            " ORDER BY created_at LIMIT ?",
-            (rec.provider, rec.operation, rec.params_hash, rec.action_id,
-             rec.dispatched_at or "", limit),
-        )  # fmt: skip
-        return [r[0] for r in rows]
+        return [r[0] for r in self._read_all(READS.rivals, statements.rivals_args(rec, limit))]
 
     def figures(self) -> dict[tuple[str, str], Figures]:
-        from . import sqlite_audit
+        from . import audit_sql
+
+        def run() -> dict[tuple[str, str], Figures]:
+            c = self.conn
+            c.execute("BEGIN")  # one snapshot for every figure (a read transaction)
+            try:
+                return audit_sql.figures(lambda sql, args: c.execute(sql, args).fetchall(), DIALECT)
+            finally:
+                if c.in_transaction:
+                    c.execute("COMMIT")
 
         with self._mapped("read"):
-            return self._retry(lambda: sqlite_audit.figures(self.conn))
+            return self._retry(run)
 
     def integrity_check(self) -> str:
         with self._mapped("read"):
@@ -656,12 +637,7 @@ class SqliteLedger(Ledger):
 
     def lease_one(self, rec: ActionRecord, *, owner: str, until: str, now: str) -> bool:
         with self._write("lease a record") as c:
-            cur = c.execute(
-                "UPDATE actions SET lease_owner = ?, next_check_at = ? WHERE action_id = ?"
-                " AND status = ? AND (lease_owner IS NULL OR next_check_at IS NULL"
-                " OR next_check_at <= ?)",
-                (owner, until, rec.action_id, str(rec.status), now),
-            )
+            cur = c.execute(WRITES.lease_one, (owner, until, rec.action_id, str(rec.status), now))
             return cur.rowcount == 1
 
     def hand_back(self, leased: Sequence[ActionRecord], *, owner: str) -> None:
@@ -682,8 +658,7 @@ class SqliteLedger(Ledger):
         row["next_check_at"] = retry_pending_at(now, 0)
         with self._write("record a callback") as c:
             cur = c.execute(
-                f"INSERT INTO callbacks ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})"
-                " ON CONFLICT(provider, event_id) DO NOTHING",
+                statements.insert("callbacks", list(row), "provider, event_id", DIALECT),
                 list(row.values()),
             )
             if cur.rowcount != 1:
@@ -724,10 +699,7 @@ class SqliteLedger(Ledger):
                 pending = pending_from_row(row)
                 key = (pending.callback.provider, pending.callback.event_id)
                 if pending.callback.expires_at <= at:
-                    c.execute(
-                        "UPDATE callbacks SET state = 'expired', next_check_at = NULL"
-                        " WHERE provider = ? AND event_id = ? AND state = 'pending'", key,
-                    )  # fmt: skip
+                    c.execute(WRITES.callback_expired, key)
                     sweep.expired += 1
                     continue
                 _, move = self._settle_callback(c, pending, decide, now)
@@ -735,34 +707,20 @@ class SqliteLedger(Ledger):
                     sweep.matched.append((pending, move))
                 else:
                     c.execute(
-                        "UPDATE callbacks SET tries = tries + 1, next_check_at = ?"
-                        " WHERE provider = ? AND event_id = ? AND state = 'pending'",
-                        (retry_pending_at(now, pending.tries + 1), *key),
+                        WRITES.callback_retry, (retry_pending_at(now, pending.tries + 1), *key)
                     )
         return sweep
 
     def callback_figures(self) -> dict[str, CallbackFigures]:
-        rows = self._read_all(
-            "SELECT provider, state, count(*), min(received_at) FROM callbacks GROUP BY 1, 2"
-        )
-        out: dict[str, CallbackFigures] = {}
-        for provider, state, n, oldest in rows:
-            f = out.setdefault(provider, CallbackFigures())
-            setattr(f, state, int(n))
-            if state == "pending":
-                f.oldest_pending = oldest
-        return out
+        return statements.callback_figures(self._read_all(READS.callback_figures))
 
     def pending_callbacks(self, rec: ActionRecord) -> int:
-        sql, args = _pending_where(rec)
+        args = statements.pending_args(rec)
         with self._mapped("read"):
-            return int(self._read_one(f"SELECT count(*) FROM callbacks WHERE {sql}", args)[0])
+            return int(self._read_one(READS.pending_count, args)[0])
 
     def _pending_for(self, c: sqlite3.Connection, rec: ActionRecord) -> list[PendingCallback]:
-        sql, args = _pending_where(rec)
-        cur = c.execute(
-            f"SELECT {_CB_COLS} FROM callbacks WHERE {sql} ORDER BY received_at, event_id", args
-        )
+        cur = c.execute(READS.pending_for, statements.pending_args(rec))
         return [pending_from_row(r) for r in _dicts(cur)]
 
     def _settle_callback(
@@ -773,27 +731,19 @@ class SqliteLedger(Ledger):
         cb = pending.callback
         key = (cb.provider, cb.event_id)
         if pending.action_id is not None:
-            cur = c.execute(f"{_SELECT} WHERE action_id = ?", (pending.action_id,))
+            cur = c.execute(WRITES.bound_record, (pending.action_id,))
         else:
-            assert cb.names in CALLBACK_NAMES  # a column name from a fixed list
-            cur = c.execute(
-                f"{_SELECT} WHERE provider = ? AND {cb.names} = ? LIMIT 2", (cb.provider, cb.key)
-            )
+            cur = c.execute(_BY_NAME[cb.names], (cb.provider, cb.key))
         found = [from_row(r) for r in _dicts(cur)]
         if len(found) != 1:
             return (Taken.AMBIGUOUS if found else Taken.PENDING), None
         rec = found[0]
         move = decide(pending, rec, now)
         if move is None or self._apply(c, move, everything=False) is None:
-            c.execute(
-                "UPDATE callbacks SET action_id = ?, attempt = ? WHERE provider = ?"
-                " AND event_id = ? AND state = 'pending'",
-                (rec.action_id, pending.attempt or rec.attempt, *key),
-            )
+            c.execute(WRITES.callback_bound, (rec.action_id, pending.attempt or rec.attempt, *key))
             return Taken.PENDING, None
         c.execute(
-            "UPDATE callbacks SET state = 'matched', action_id = ?, attempt = ?, matched_at = ?,"
-            " next_check_at = NULL WHERE provider = ? AND event_id = ? AND state = 'pending'",
+            WRITES.callback_matched,
             (rec.action_id, rec.attempt if pending.attempt is None else pending.attempt,
              to_text(now), *key),
         )  # fmt: skip
@@ -801,27 +751,12 @@ class SqliteLedger(Ledger):
 
     # ------------------------------------------------------------ copying
     def export(self, *, after: str | None = None, limit: int = 500) -> list[History]:
-        import json
-
         with self._mapped("read"):
-            records = self._rows(
-                f"{_SELECT} WHERE action_id > ? ORDER BY action_id LIMIT ?", (after or "", limit)
-            )
+            records = self._rows(READS.page, (after or "", limit))
             if not records:
                 return []
-            logs: dict[str, list[Event]] = {r.action_id: [] for r in records}
-            rows = self._read_all(
-                "SELECT id, action_id, at, actor, kind, from_status, to_status, attempt, detail"
-                " FROM events WHERE action_id >= ? AND action_id <= ? ORDER BY action_id, id",
-                (records[0].action_id, records[-1].action_id),
-            )
-        for r in rows:
-            if r[1] in logs:
-                logs[r[1]].append(
-                    Event(id=r[0], action_id=r[1], at=r[2], actor=r[3], kind=r[4],
-                          from_status=r[5], to_status=r[6], attempt=r[7], detail=json.loads(r[8]))
-                )  # fmt: skip
-        return [(rec, logs[rec.action_id]) for rec in records]
+            rows = self._read_all(READS.page_events, (records[0].action_id, records[-1].action_id))
+        return statements.pages(records, rows)
 
     def restore(
         self,
@@ -864,12 +799,7 @@ class SqliteLedger(Ledger):
         """The new PENDING row and its ``recorded`` event. Returns None when it
         inserted, else the record already under that id (``Conflict`` when it is
         another action, unless ``same`` is false: the caller compares)."""
-        row = to_row(rec)
-        cur = c.execute(
-            f"INSERT INTO actions ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})"
-            " ON CONFLICT(action_id) DO NOTHING",
-            list(row.values()),
-        )
+        cur = c.execute(_INSERT, list(to_row(rec).values()))
         if cur.rowcount != 1:
             found = self.find(rec.action_id)
             assert found is not None
@@ -888,35 +818,20 @@ class SqliteLedger(Ledger):
         row only while the guard holds), then the row: the database refuses a status
         change whose newest event does not record it (``actions_status_has_event``,
         rule 18), and SQLite can only check that when the change is made."""
-        values = dict(m.values)
-        if m.kind is not None and not m.kind.changes_nothing:
-            values["status"] = str(m.to)
-        values["updated_at"] = m.at
-        where = "action_id = ? AND status = ?"
-        guard: list[Any] = [m.action_id, str(m.frm)]
-        if m.owner is not None:
-            where += " AND lease_owner = ?"
-            guard.append(m.owner)
-        if m.attempt is not None:
-            where += " AND attempt = ?"
-            guard.append(m.attempt)
-        if m.correction:
-            where += " AND contradiction IS NOT NULL"
+        where, guard = statements.move_guard(m, DIALECT)
         if m.kind is not None:
             cur = c.execute(
                 "INSERT INTO events (action_id, at, actor, kind, from_status, to_status, attempt,"
                 " detail) SELECT action_id, ?, ?, ?, ?, ?, coalesce(?, attempt), ?"
                 f" FROM actions WHERE {where}",
-                [m.at, m.actor, str(m.kind), str(m.frm), str(m.to), values.get("attempt"),
-                 event_detail_text(m.detail), *guard],
+                [m.at, m.actor, str(m.kind), str(m.frm), str(m.to),
+                 statements.move_values(m).get("attempt"), event_detail_text(m.detail), *guard],
             )  # fmt: skip
             if cur.rowcount != 1:
                 return None
             # the guard holds (the write lock is held): the update below finds the row
             where, guard = "action_id = ?", [m.action_id]
-        sets = ", ".join(f"{k} = ?" for k in values)
-        sql = f"UPDATE actions SET {sets} WHERE {where}"
-        args: list[Any] = [*values.values(), *guard]
+        sql, args = statements.move_update(m, DIALECT, (where, guard))
         row: dict[str, Any] | None
         if HAS_RETURNING:  # the new row in the same statement: no SELECT after the UPDATE
             cur = c.execute(sql + (f" RETURNING {', '.join(COLUMNS)}" if everything
@@ -928,7 +843,7 @@ class SqliteLedger(Ledger):
         else:
             if c.execute(sql, args).rowcount != 1:
                 return None
-            cur = c.execute(f"{_SELECT} WHERE action_id = ?", (m.action_id,))
+            cur = c.execute(READS.find, (m.action_id,))
             row = dict(zip([d[0] for d in cur.description], cur.fetchone(), strict=True))
         if m.kind is not None:
             self.probe(f"before_commit:{m.kind}")
@@ -954,6 +869,7 @@ class SqliteLedger(Ledger):
 
 
 _CB_COLS = ", ".join(CALLBACK_COLUMNS)
+_INSERT = statements.insert("actions", COLUMNS, "action_id", DIALECT)
 
 
 class _SqliteStill(Still):
@@ -982,17 +898,6 @@ class _SqliteStill(Still):
 def _dicts(cur: sqlite3.Cursor) -> list[dict[str, Any]]:
     names = [d[0] for d in cur.description]
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-
-
-def _pending_where(rec: ActionRecord) -> tuple[str, list[Any]]:
-    """Pending callbacks that name ``rec``: bound to it, or naming one of its values."""
-    return (
-        "provider = ? AND state = 'pending' AND (action_id = ? OR (action_id IS NULL AND ("
-        "(names = 'action_id' AND key = ?) OR (names = 'reconciliation_key' AND key = ?)"
-        " OR (names = 'provider_object_id' AND key = ?))))",
-        [rec.provider, rec.action_id, rec.action_id, rec.reconciliation_key,
-         rec.provider_object_id],
-    )  # fmt: skip
 
 
 def _newer(where: str, found: int, latest: int) -> str:
