@@ -49,8 +49,16 @@ FULL = {
     "seconds_in_turn": 2.0,
 }
 SUITES = (
-    "ledger", "dispatch", "http", "concurrency", "sweep", "startup", "bulk", "postgres", "serve",
-)  # fmt: skip
+    "ledger",
+    "dispatch",
+    "http",
+    "concurrency",
+    "sweep",
+    "startup",
+    "bulk",
+    "postgres",
+    "serve",
+)
 
 
 def _bulk(tmp: str, cfg: dict) -> list:
@@ -208,8 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def write_section(suites: list[str], rows: list[Row], machine: str, mode: str,
-                  seconds: float) -> None:  # fmt: skip
+def write_section(
+    suites: list[str], rows: list[Row], machine: str, mode: str, seconds: float
+) -> None:
     """Replace (or add) the section of RESULTS.md that ``--only SUITES`` owns."""
     name = "+".join(suites)
     begin, end = f"<!-- section {name} -->", f"<!-- end section {name} -->"

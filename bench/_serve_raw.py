@@ -47,9 +47,12 @@ def main() -> None:
         conn = local.conn
         with lock:
             raw_record_claim(conn, aid)
-        r = client.post(f"{sim}/v1/book", json={"action_id": aid, "reconciliation_key": "stl-" + aid,
-                                                "params": params},
-                        headers={"Idempotency-Key": aid + ":1"}, timeout=5.0)  # fmt: skip
+        r = client.post(
+            f"{sim}/v1/book",
+            json={"action_id": aid, "reconciliation_key": "stl-" + aid, "params": params},
+            headers={"Idempotency-Key": aid + ":1"},
+            timeout=5.0,
+        )
         assert r.status_code == 201
         with lock:
             raw_outcome(conn, aid)
@@ -79,9 +82,22 @@ def main() -> None:
                 " digest, item, received_at, expires_at, state, next_check_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT(provider, event_id) DO NOTHING",
-                ("sim", event_id, "standard-webhooks", "provider_object_id", object_id, status,
-                 "applied", digest, 0, at, at, "pending", at),
-            )  # fmt: skip
+                (
+                    "sim",
+                    event_id,
+                    "standard-webhooks",
+                    "provider_object_id",
+                    object_id,
+                    status,
+                    "applied",
+                    digest,
+                    0,
+                    at,
+                    at,
+                    "pending",
+                    at,
+                ),
+            )
             if cur.rowcount == 1:
                 row = conn.execute(
                     "SELECT action_id, status, attempt FROM actions WHERE provider = ?"
@@ -96,15 +112,30 @@ def main() -> None:
                     " AND status = ?",
                     ("ACCEPTED", "DELIVERED", at, "callback:sim", "CONFIRMED", at, aid, frm),
                 )
-                detail = {"scheme": "standard-webhooks", "event_id": event_id,
-                          "names": "provider_object_id", "key": object_id, "status": status,
-                          "reported": "applied", "body_sha256": digest, "item": 0}  # fmt: skip
+                detail = {
+                    "scheme": "standard-webhooks",
+                    "event_id": event_id,
+                    "names": "provider_object_id",
+                    "key": object_id,
+                    "status": status,
+                    "reported": "applied",
+                    "body_sha256": digest,
+                    "item": 0,
+                }
                 conn.execute(
                     "INSERT INTO events (action_id, at, actor, kind, from_status, to_status,"
                     " attempt, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (aid, at, "callback:sim", "callback", frm, "CONFIRMED", attempt,
-                     json.dumps(detail)),
-                )  # fmt: skip
+                    (
+                        aid,
+                        at,
+                        "callback:sim",
+                        "callback",
+                        frm,
+                        "CONFIRMED",
+                        attempt,
+                        json.dumps(detail),
+                    ),
+                )
                 conn.execute(
                     "UPDATE callbacks SET state = 'matched', action_id = ?, attempt = ?,"
                     " matched_at = ?, next_check_at = NULL WHERE provider = ? AND event_id = ?",
@@ -117,12 +148,17 @@ def main() -> None:
         event = hook.verify(body, dict(request.headers))  # raises on a bad signature
         digest = hashlib.sha256(body).hexdigest()
         data = event["data"]
-        await run_in_threadpool(take, request.headers["webhook-id"], data["id"],
-                                data["status"], digest)  # fmt: skip
+        await run_in_threadpool(
+            take, request.headers["webhook-id"], data["id"], data["status"], digest
+        )
         return JSONResponse({"received": 1, "matched": 1})
 
-    app = Starlette(routes=[Route("/dispatch", dispatch, methods=["POST"]),
-                            Route("/hooks/sim", callback, methods=["POST"])])  # fmt: skip
+    app = Starlette(
+        routes=[
+            Route("/dispatch", dispatch, methods=["POST"]),
+            Route("/hooks/sim", callback, methods=["POST"]),
+        ]
+    )
     sock = socket.socket(
         socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
     )  # TCP_NODELAY, as serve

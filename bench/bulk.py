@@ -66,11 +66,27 @@ def _raw_outcome_many(conn: sqlite3.Connection, ids: list[str]) -> None:
             " confirmed_at = ?, confirmed_by = ?, next_check_at = ?, reason = ?,"
             " lease_owner = ?, lease_expires_at = ?, status = ?, updated_at = ?"
             " WHERE action_id = ? AND status = ? AND lease_owner = ?",
-            ("obj-1", "DELIVERED", "ACCEPTED", PAST, "provider", None, None, None, None,
-             "CONFIRMED", PAST, aid, "IN_FLIGHT", "d-" + aid),
-        )  # fmt: skip
-        conn.execute(INSERT_EVENT, (aid, PAST, "bench", "outcome", "IN_FLIGHT", "CONFIRMED", 1,
-                                    '{"verdict": "proven"}'))  # fmt: skip
+            (
+                "obj-1",
+                "DELIVERED",
+                "ACCEPTED",
+                PAST,
+                "provider",
+                None,
+                None,
+                None,
+                None,
+                "CONFIRMED",
+                PAST,
+                aid,
+                "IN_FLIGHT",
+                "d-" + aid,
+            ),
+        )
+        conn.execute(
+            INSERT_EVENT,
+            (aid, PAST, "bench", "outcome", "IN_FLIGHT", "CONFIRMED", 1, '{"verdict": "proven"}'),
+        )
     conn.execute("COMMIT")
 
 
@@ -84,8 +100,9 @@ def dispatch_rows(tmp: str, n: int, seq: int, repeats: int, latencies: list[floa
     rows: list[Row] = []
     for latency in latencies:
         ms = f"{latency * 1000:g} ms"
-        got: dict[str, list[float]] = {k: [] for k in
-                                       ("bulk", "seq", "threads", "floor", "submit", "bulk_seq")}  # fmt: skip
+        got: dict[str, list[float]] = {
+            k: [] for k in ("bulk", "seq", "threads", "floor", "submit", "bulk_seq")
+        }
         with (
             sim_process(latency) as url,
             httpx.Client(
@@ -94,8 +111,12 @@ def dispatch_rows(tmp: str, n: int, seq: int, repeats: int, latencies: list[floa
         ):
 
             def post(aid: str, i: int, url: str = url, client: httpx.Client = client) -> None:
-                resp = client.post(f"{url}/v1/book", json=_body(aid, i),
-                                   headers={"Idempotency-Key": aid + ":1"}, timeout=5.0)  # fmt: skip
+                resp = client.post(
+                    f"{url}/v1/book",
+                    json=_body(aid, i),
+                    headers={"Idempotency-Key": aid + ":1"},
+                    timeout=5.0,
+                )
                 assert resp.status_code == 201, resp.text
 
             for r in range(repeats):
@@ -111,8 +132,14 @@ def dispatch_rows(tmp: str, n: int, seq: int, repeats: int, latencies: list[floa
 
                 def bulk(conc: int, count: int, tag: str, d: Dispatcher = d) -> float:
                     t = time.perf_counter()
-                    done = list(d.submit_many("sim", "book", read_lines(io.BytesIO(_jsonl(tag, count))),
-                                              concurrency=conc))  # fmt: skip
+                    done = list(
+                        d.submit_many(
+                            "sim",
+                            "book",
+                            read_lines(io.BytesIO(_jsonl(tag, count))),
+                            concurrency=conc,
+                        )
+                    )
                     dt = time.perf_counter() - t
                     assert all(x.report and x.report.result == "succeeded" for x in done), done[:1]
                     return count / dt
@@ -245,8 +272,9 @@ def _due_ledger(path: str, ids: list[str]) -> None:
 def _make_due(path: str) -> None:
     conn = sqlite3.connect(path, isolation_level=None)
     try:
-        conn.execute("UPDATE actions SET lease_owner = NULL, checks = 0, next_check_at = ?",
-                     (PAST,))  # fmt: skip
+        conn.execute(
+            "UPDATE actions SET lease_owner = NULL, checks = 0, next_check_at = ?", (PAST,)
+        )
     finally:
         conn.close()
 
@@ -358,8 +386,11 @@ def rss_rows(tmp: str, sizes: tuple[int, int]) -> list[Row]:
         src = os.path.join(tmp, f"lines-{size}.jsonl")
         with open(src, "wb") as fh:
             for lo in range(0, size, 10_000):
-                fh.write(_jsonl(f"m{size}", min(10_000, size - lo)).replace(
-                    b'"m', b'"m' + str(lo).encode() + b"-"))  # fmt: skip
+                fh.write(
+                    _jsonl(f"m{size}", min(10_000, size - lo)).replace(
+                        b'"m', b'"m' + str(lo).encode() + b"-"
+                    )
+                )
         db = os.path.join(tmp, f"rss-{size}.db")
         remove_db(db)
         out = subprocess.run(

@@ -74,13 +74,35 @@ def null_registry(latency: float = 0.0) -> Any:
 
 
 COLUMNS = (
-    "action_id", "provider", "operation", "params", "params_hash", "tier",
-    "reconciliation_key", "eligible_at", "requires_manual_verification", "attempt",
-    "idempotency_key", "dispatch_id", "provider_object_id", "status", "delivery",
-    "acceptance", "dispatched_at", "confirmed_at", "confirmed_by", "created_at",
-    "updated_at", "lease_owner", "lease_expires_at", "next_check_at", "verify_started_at",
-    "verify_deadline_at", "checks", "reason",
-)  # fmt: skip
+    "action_id",
+    "provider",
+    "operation",
+    "params",
+    "params_hash",
+    "tier",
+    "reconciliation_key",
+    "eligible_at",
+    "requires_manual_verification",
+    "attempt",
+    "idempotency_key",
+    "dispatch_id",
+    "provider_object_id",
+    "status",
+    "delivery",
+    "acceptance",
+    "dispatched_at",
+    "confirmed_at",
+    "confirmed_by",
+    "created_at",
+    "updated_at",
+    "lease_owner",
+    "lease_expires_at",
+    "next_check_at",
+    "verify_started_at",
+    "verify_deadline_at",
+    "checks",
+    "reason",
+)
 INSERT_ACTION = (
     f"INSERT INTO actions ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
 )
@@ -93,24 +115,104 @@ INSERT_EVENT = (
 def pending_row(aid: str, op: str = "do") -> tuple[Any, ...]:
     tier = "full" if op == "do" else "reconcilable"
     key = None if op == "do" else "stl-" + aid
-    return (aid, "null", op, PARAMS, PHASH, tier, key, T0, 0, 1, f"{aid}:1", None, None,
-            "PENDING", "PENDING", "UNKNOWN", None, None, None, T0, T0, None, None, None,
-            None, None, 0, None)  # fmt: skip
+    return (
+        aid,
+        "null",
+        op,
+        PARAMS,
+        PHASH,
+        tier,
+        key,
+        T0,
+        0,
+        1,
+        f"{aid}:1",
+        None,
+        None,
+        "PENDING",
+        "PENDING",
+        "UNKNOWN",
+        None,
+        None,
+        None,
+        T0,
+        T0,
+        None,
+        None,
+        None,
+        None,
+        None,
+        0,
+        None,
+    )
 
 
 def awaiting_row(aid: str) -> tuple[Any, ...]:
     """A reconcilable action accepted earlier and due for its check now."""
-    return (aid, "null", "send", PARAMS, PHASH, "reconcilable", "stl-" + aid, T0, 0, 1,
-            f"{aid}:1", "d-" + aid, "obj-1", "AWAITING_VERIFICATION", "DELIVERED", "UNKNOWN",
-            T0, None, None, T0, T0, None, None, PAST, T0, FAR, 0,
-            "accepted (HTTP 202), not yet observed")  # fmt: skip
+    return (
+        aid,
+        "null",
+        "send",
+        PARAMS,
+        PHASH,
+        "reconcilable",
+        "stl-" + aid,
+        T0,
+        0,
+        1,
+        f"{aid}:1",
+        "d-" + aid,
+        "obj-1",
+        "AWAITING_VERIFICATION",
+        "DELIVERED",
+        "UNKNOWN",
+        T0,
+        None,
+        None,
+        T0,
+        T0,
+        None,
+        None,
+        PAST,
+        T0,
+        FAR,
+        0,
+        "accepted (HTTP 202), not yet observed",
+    )
 
 
 def confirmed_row(aid: str) -> tuple[Any, ...]:
     """A settled action: no check time, so it is outside the due index."""
-    return (aid, "null", "send", PARAMS, PHASH, "reconcilable", "stl-" + aid, T0, 0, 1,
-            f"{aid}:1", "d-" + aid, "obj-1", "CONFIRMED", "DELIVERED", "ACCEPTED", T0, T0,
-            "reconciliation", T0, T0, None, None, None, T0, FAR, 1, None)  # fmt: skip
+    return (
+        aid,
+        "null",
+        "send",
+        PARAMS,
+        PHASH,
+        "reconcilable",
+        "stl-" + aid,
+        T0,
+        0,
+        1,
+        f"{aid}:1",
+        "d-" + aid,
+        "obj-1",
+        "CONFIRMED",
+        "DELIVERED",
+        "ACCEPTED",
+        T0,
+        T0,
+        "reconciliation",
+        T0,
+        T0,
+        None,
+        None,
+        None,
+        T0,
+        FAR,
+        1,
+        None,
+    )
 
 
 def event_row(

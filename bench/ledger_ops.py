@@ -235,14 +235,27 @@ def claim_event(tmp: str, n: int, repeats: int) -> list[Row]:
                     )
                 return
             at = to_text(utcnow())
-            led.move(Move(
-                aid, Status.PENDING, Status.IN_FLIGHT, at, "bench", EventKind.CLAIMED,
-                detail={"lease_expires_at": LEASE, "idempotency_key": aid + ":1"},
-                values={"delivery": "IN_FLIGHT", "dispatch_id": "d-" + aid,
-                        "lease_owner": "d-" + aid, "lease_expires_at": LEASE,
-                        "next_check_at": LEASE, "dispatched_at": at, "eligible_at": at,
-                        "snapshot": None},
-            ))  # fmt: skip
+            led.move(
+                Move(
+                    aid,
+                    Status.PENDING,
+                    Status.IN_FLIGHT,
+                    at,
+                    "bench",
+                    EventKind.CLAIMED,
+                    detail={"lease_expires_at": LEASE, "idempotency_key": aid + ":1"},
+                    values={
+                        "delivery": "IN_FLIGHT",
+                        "dispatch_id": "d-" + aid,
+                        "lease_owner": "d-" + aid,
+                        "lease_expires_at": LEASE,
+                        "next_check_at": LEASE,
+                        "dispatched_at": at,
+                        "eligible_at": at,
+                        "snapshot": None,
+                    },
+                )
+            )
 
         try:
             return interleave(

@@ -81,7 +81,9 @@ def schema() -> Iterator[str]:
         with psycopg.connect(SERVER, autocommit=True) as admin:
             admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE application_name = %s AND pid <> pg_backend_pid()", (name,))  # fmt: skip
+                " WHERE application_name = %s AND pid <> pg_backend_pid()",
+                (name,),
+            )
             admin.execute(f'DROP SCHEMA "{name}" CASCADE')
 
 
@@ -101,8 +103,10 @@ def fill(url: str, rows: list[tuple[Any, ...]], events: list[tuple[Any, ...]]) -
         with cur.copy(f"COPY actions ({', '.join(COLUMNS)}) FROM STDIN") as copy:
             for r in rows:
                 copy.write_row(r)
-        with cur.copy("COPY events (action_id, at, actor, kind, from_status, to_status,"
-                      " attempt, detail) FROM STDIN") as copy:  # fmt: skip
+        with cur.copy(
+            "COPY events (action_id, at, actor, kind, from_status, to_status,"
+            " attempt, detail) FROM STDIN"
+        ) as copy:
             for e in events:
                 copy.write_row(e)
         cur.execute("ANALYZE actions")
@@ -140,19 +144,68 @@ def raw_claim_outcome(conn: Any, aid: str) -> None:
     """Claim, then outcome: two durable transactions, the same statements as settled's
     (each one statement in autocommit: its own transaction, one round trip)."""
     owner = "d-" + aid
-    conn.execute(RAW_CLAIM, (
-        "IN_FLIGHT", owner, owner, LEASE, LEASE, T0, T0, LEASE, None, "IN_FLIGHT", T0,
-        aid, "PENDING",
-        T0, "bench", "claimed", "PENDING", "IN_FLIGHT",
-        json.dumps({"lease_expires_at": LEASE, "idempotency_key": aid + ":1"}),
-    )).fetchall()  # fmt: skip
-    detail = {"verdict": "proven", "tries": [{"try": 1, "wire": "answered", "status_code": 201,
-              "verdict": "proven", "detail": "HTTP 201"}], "reason": "proves the effect"}  # fmt: skip
-    conn.execute(RAW_OUTCOME, (
-        "obj-1", "DELIVERED", "ACCEPTED", T0, "provider", None, None, None, None,
-        "CONFIRMED", T0, aid, "IN_FLIGHT", owner,
-        T0, "bench", "outcome", "IN_FLIGHT", "CONFIRMED", json.dumps(detail),
-    )).fetchall()  # fmt: skip
+    conn.execute(
+        RAW_CLAIM,
+        (
+            "IN_FLIGHT",
+            owner,
+            owner,
+            LEASE,
+            LEASE,
+            T0,
+            T0,
+            LEASE,
+            None,
+            "IN_FLIGHT",
+            T0,
+            aid,
+            "PENDING",
+            T0,
+            "bench",
+            "claimed",
+            "PENDING",
+            "IN_FLIGHT",
+            json.dumps({"lease_expires_at": LEASE, "idempotency_key": aid + ":1"}),
+        ),
+    ).fetchall()
+    detail = {
+        "verdict": "proven",
+        "tries": [
+            {
+                "try": 1,
+                "wire": "answered",
+                "status_code": 201,
+                "verdict": "proven",
+                "detail": "HTTP 201",
+            }
+        ],
+        "reason": "proves the effect",
+    }
+    conn.execute(
+        RAW_OUTCOME,
+        (
+            "obj-1",
+            "DELIVERED",
+            "ACCEPTED",
+            T0,
+            "provider",
+            None,
+            None,
+            None,
+            None,
+            "CONFIRMED",
+            T0,
+            aid,
+            "IN_FLIGHT",
+            owner,
+            T0,
+            "bench",
+            "outcome",
+            "IN_FLIGHT",
+            "CONFIRMED",
+            json.dumps(detail),
+        ),
+    ).fetchall()
 
 
 _INSERT_COLS = _RET.replace(", snapshot, lands_by, contradiction, declared", "")
@@ -177,19 +230,63 @@ def raw_dispatch(conn: Any, aid: str) -> None:
     row[11], row[13], row[14] = owner, "IN_FLIGHT", "IN_FLIGHT"  # dispatch_id, status, delivery
     row[16], row[21], row[22], row[23] = T0, owner, LEASE, LEASE  # dispatched, lease, check
     row += [None, LEASE, None, '{"tier": "full"}']  # snapshot, lands_by, contradiction, declared
-    conn.execute(RAW_RECORD_CLAIM, (
-        *row,
-        T0, "bench", "recorded", "PENDING", 1, json.dumps({"tier": "full"}),
-        T0, "bench", "claimed", "PENDING", "IN_FLIGHT", 1,
-        json.dumps({"lease_expires_at": LEASE, "idempotency_key": aid + ":1"}),
-    )).fetchall()  # fmt: skip
-    detail = {"verdict": "proven", "tries": [{"try": 1, "wire": "answered", "status_code": 201,
-              "verdict": "proven", "detail": "HTTP 201"}], "reason": "proves the effect"}  # fmt: skip
-    conn.execute(RAW_OUTCOME, (
-        "obj-1", "DELIVERED", "ACCEPTED", T0, "provider", None, None, None, None,
-        "CONFIRMED", T0, aid, "IN_FLIGHT", owner,
-        T0, "bench", "outcome", "IN_FLIGHT", "CONFIRMED", json.dumps(detail),
-    )).fetchall()  # fmt: skip
+    conn.execute(
+        RAW_RECORD_CLAIM,
+        (
+            *row,
+            T0,
+            "bench",
+            "recorded",
+            "PENDING",
+            1,
+            json.dumps({"tier": "full"}),
+            T0,
+            "bench",
+            "claimed",
+            "PENDING",
+            "IN_FLIGHT",
+            1,
+            json.dumps({"lease_expires_at": LEASE, "idempotency_key": aid + ":1"}),
+        ),
+    ).fetchall()
+    detail = {
+        "verdict": "proven",
+        "tries": [
+            {
+                "try": 1,
+                "wire": "answered",
+                "status_code": 201,
+                "verdict": "proven",
+                "detail": "HTTP 201",
+            }
+        ],
+        "reason": "proves the effect",
+    }
+    conn.execute(
+        RAW_OUTCOME,
+        (
+            "obj-1",
+            "DELIVERED",
+            "ACCEPTED",
+            T0,
+            "provider",
+            None,
+            None,
+            None,
+            None,
+            "CONFIRMED",
+            T0,
+            aid,
+            "IN_FLIGHT",
+            owner,
+            T0,
+            "bench",
+            "outcome",
+            "IN_FLIGHT",
+            "CONFIRMED",
+            json.dumps(detail),
+        ),
+    ).fetchall()
 
 
 RAW_DUE = (
@@ -223,14 +320,35 @@ def raw_sweep(url: str, batch: int, owner: str) -> int:
                 if rows:
                     conn.execute(
                         "UPDATE actions SET lease_owner = %s, next_check_at = %s"
-                        " WHERE action_id = ANY(%s)", (owner, FAR, [r[0] for r in rows]))  # fmt: skip
+                        " WHERE action_id = ANY(%s)",
+                        (owner, FAR, [r[0] for r in rows]),
+                    )
             if not rows:
                 return done
             for r in rows:  # the null check: applied
-                pending.append((None, None, r[26] + 1, "ACCEPTED", "DELIVERED", T0,
-                                "reconciliation", None, "CONFIRMED", T0, r[0], r[13], owner,
-                                T0, owner, "reconciled", r[13], "CONFIRMED",
-                                json.dumps({"seen": "applied", "check": 1})))  # fmt: skip
+                pending.append(
+                    (
+                        None,
+                        None,
+                        r[26] + 1,
+                        "ACCEPTED",
+                        "DELIVERED",
+                        T0,
+                        "reconciliation",
+                        None,
+                        "CONFIRMED",
+                        T0,
+                        r[0],
+                        r[13],
+                        owner,
+                        T0,
+                        owner,
+                        "reconciled",
+                        r[13],
+                        "CONFIRMED",
+                        json.dumps({"seen": "applied", "check": 1}),
+                    )
+                )
 
 
 # -- the measurements ---------------------------------------------------------------------
@@ -260,8 +378,12 @@ def claim_outcome(n: int, repeats: int, tmp: str) -> list[Row]:
                 assert rep.record is not None and rep.record.status == "CONFIRMED", rep
 
             try:
-                s, b = interleave(n, lambda i, c=conn, ids=bids: raw_claim_outcome(c, ids[i]),
-                                  settled_op, "base" if r % 2 == 0 else "settled")  # fmt: skip
+                s, b = interleave(
+                    n,
+                    lambda i, c=conn, ids=bids: raw_claim_outcome(c, ids[i]),
+                    settled_op,
+                    "base" if r % 2 == 0 else "settled",
+                )
             finally:
                 conn.close()
                 led.close()
@@ -309,19 +431,26 @@ def _confirm_pg_vs_sqlite(n: int, r: int, tmp: str) -> tuple[float, float]:
         with Ledger.open(url) as pled, Ledger.open(path) as lled:
             dp = Dispatcher(pled, null_registry(), actor="bench")
             dl = Dispatcher(lled, null_registry(), actor="bench")
-            rates = interleave_many(n, {"pg": lambda i: dp.confirm(pids[i]),
-                                        "sqlite": lambda i: dl.confirm(lids[i])},
-                                    ["pg", "sqlite"] if r % 2 == 0 else ["sqlite", "pg"])  # fmt: skip
+            rates = interleave_many(
+                n,
+                {"pg": lambda i: dp.confirm(pids[i]), "sqlite": lambda i: dl.confirm(lids[i])},
+                ["pg", "sqlite"] if r % 2 == 0 else ["sqlite", "pg"],
+            )
     remove_db(path)
     return rates["pg"], rates["sqlite"]
 
 
 def _due_ledger(url: str, due: int) -> None:
     size = due * DUE_SHARE
-    ids = [(f"due-{i:08d}" if i % DUE_SHARE == 0 else f"old-{i:08d}", i % DUE_SHARE == 0)
-           for i in range(size)]  # fmt: skip
-    fill(url, [awaiting_row(a) if is_due else confirmed_row(a) for a, is_due in ids],
-         [event_row(a) for a, _ in ids])  # fmt: skip
+    ids = [
+        (f"due-{i:08d}" if i % DUE_SHARE == 0 else f"old-{i:08d}", i % DUE_SHARE == 0)
+        for i in range(size)
+    ]
+    fill(
+        url,
+        [awaiting_row(a) if is_due else confirmed_row(a) for a, is_due in ids],
+        [event_row(a) for a, _ in ids],
+    )
 
 
 def _reset_due(url: str) -> None:
@@ -331,7 +460,9 @@ def _reset_due(url: str) -> None:
             "UPDATE actions SET status = 'AWAITING_VERIFICATION', acceptance = 'UNKNOWN',"
             " confirmed_at = NULL, confirmed_by = NULL, lease_owner = NULL, checks = 0,"
             " reason = 'accepted', next_check_at = %s WHERE action_id >= 'due-' AND"
-            " action_id < 'due.'", (PAST,))  # fmt: skip
+            " action_id < 'due.'",
+            (PAST,),
+        )
         conn.execute("VACUUM ANALYZE actions")
 
 
@@ -340,9 +471,16 @@ def _sweepers(url: str, n: int, batch: int, raw: bool = False, latency: float = 
     one's start (after its imports) to the last one's end."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     module = "bench._pg_raw_sweeper" if raw else "bench._sweeper"
-    procs = [subprocess.Popen([sys.executable, "-m", module, url, str(batch), str(latency)],
-                              stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-             for _ in range(n)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", module, url, str(batch), str(latency)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        for _ in range(n)
+    ]
     settled, starts, ends = 0, [], []
     for p in procs:
         out, _ = p.communicate(timeout=1800)
@@ -375,9 +513,15 @@ def sweep_scaling(due: int, batch: int, repeats: int, tmp: str) -> list[Row]:
             for side, n in order if r % 2 == 0 else reversed(order):
                 target = slow if side == "slow" else url
                 _reset_due(target)
-                rates.setdefault((side, n), []).append(_sweepers(
-                    target, n, batch, raw=side == "raw",
-                    latency=QUERY_LATENCY if side == "slow" else 0.0))  # fmt: skip
+                rates.setdefault((side, n), []).append(
+                    _sweepers(
+                        target,
+                        n,
+                        batch,
+                        raw=side == "raw",
+                        latency=QUERY_LATENCY if side == "slow" else 0.0,
+                    )
+                )
             sqlite_sweep.reset(lite)
             rates.setdefault(("sqlite", 1), []).append(_sweepers(lite, 1, batch))
             sqlite_sweep.reset(slow_lite)
@@ -388,30 +532,60 @@ def sweep_scaling(due: int, batch: int, repeats: int, tmp: str) -> list[Row]:
     remove_db(slow_lite)
     one, raw_one = rates[("settled", 1)], rates[("raw", 1)]
     rows = [
-        Row("postgres", f"sweep {due:,} due rows of {due * DUE_SHARE:,}, 1 daemon, PostgreSQL",
-            "rows/s", one, raw_one, "raw psycopg: same statements, 1 process",
-            note="the null check costs nothing: the database is the whole cost"),
-        Row("postgres", "same, PostgreSQL vs SQLite (1 daemon each)", "rows/s", one,
-            rates[("sqlite", 1)], "the same sweep of a SQLite ledger"),
-    ]  # fmt: skip
+        Row(
+            "postgres",
+            f"sweep {due:,} due rows of {due * DUE_SHARE:,}, 1 daemon, PostgreSQL",
+            "rows/s",
+            one,
+            raw_one,
+            "raw psycopg: same statements, 1 process",
+            note="the null check costs nothing: the database is the whole cost",
+        ),
+        Row(
+            "postgres",
+            "same, PostgreSQL vs SQLite (1 daemon each)",
+            "rows/s",
+            one,
+            rates[("sqlite", 1)],
+            "the same sweep of a SQLite ledger",
+        ),
+    ]
     for n in (2, 4):
-        rows.append(Row(
-            "postgres", f"same, {n} daemons at once (SKIP LOCKED) vs 1 daemon", "rows/s",
-            rates[("settled", n)], one, "1 daemon",
-            note=f"raw psycopg, {n} processes vs 1: "
-                 f"{_median(rates[('raw', n)]) / _median(raw_one):.2f}× (2 cores: the CPU is full)",
-        ))  # fmt: skip
+        rows.append(
+            Row(
+                "postgres",
+                f"same, {n} daemons at once (SKIP LOCKED) vs 1 daemon",
+                "rows/s",
+                rates[("settled", n)],
+                one,
+                "1 daemon",
+                note=f"raw psycopg, {n} processes vs 1: "
+                f"{_median(rates[('raw', n)]) / _median(raw_one):.2f}× (2 cores: the CPU is full)",
+            )
+        )
     for n in (2, 4):
-        rows.append(Row(
-            "postgres", f"sweep {slow_due:,} due rows, 5 ms per check: {n} daemons vs 1",
-            "rows/s", rates[("slow", n)], rates[("slow", 1)], "1 daemon, same checks",
-            note="checks that wait on a provider: the daemons share the work, none waits",
-        ))  # fmt: skip
-    rows.append(Row(
-        "postgres", "same, 4 daemons: PostgreSQL vs SQLite (one host)", "rows/s",
-        rates[("slow", 4)], rates[("slow-sqlite", 4)], "4 daemons on one SQLite file",
-        note="on one host SQLite's daemons share the work too; only PostgreSQL spans hosts",
-    ))  # fmt: skip
+        rows.append(
+            Row(
+                "postgres",
+                f"sweep {slow_due:,} due rows, 5 ms per check: {n} daemons vs 1",
+                "rows/s",
+                rates[("slow", n)],
+                rates[("slow", 1)],
+                "1 daemon, same checks",
+                note="checks that wait on a provider: the daemons share the work, none waits",
+            )
+        )
+    rows.append(
+        Row(
+            "postgres",
+            "same, 4 daemons: PostgreSQL vs SQLite (one host)",
+            "rows/s",
+            rates[("slow", 4)],
+            rates[("slow-sqlite", 4)],
+            "4 daemons on one SQLite file",
+            note="on one host SQLite's daemons share the work too; only PostgreSQL spans hosts",
+        )
+    )
     return rows
 
 
@@ -443,21 +617,40 @@ def dispatch_processes(tmp: str, per_worker: int, repeats: int, workers: int = 4
                     elif mode == "multi":
                         rate = run_workers(url, workers, per_worker, f"r{r}m")[0]
                     else:
-                        rate = run_workers(url, workers, per_worker, f"r{r}r",
-                                           module="bench._pg_raw_worker")[0]  # fmt: skip
+                        rate = run_workers(
+                            url, workers, per_worker, f"r{r}r", module="bench._pg_raw_worker"
+                        )[0]
             rates.setdefault(mode, []).append(rate)
     remove_db(path)
     multi = rates["multi"]
     return [
-        Row("postgres", f"{workers} processes dispatching distinct actions (submit), PostgreSQL",
-            "actions/s", multi, rates["raw"], f"raw psycopg: {workers} processes, same SQL",
-            note="4 processes on 2 cores: the CPU is full, so this is settled's CPU per action"),
-        Row("postgres", f"same, {workers} processes vs 1 process (PostgreSQL)", "actions/s",
-            multi, rates["single"], "1 process dispatching as many",
-            note="row locks, not one write lock: writers add throughput until the CPU is full"),
-        Row("postgres", f"same, PostgreSQL vs SQLite ({workers} processes each)", "actions/s",
-            multi, rates["sqlite"], f"{workers} processes on one SQLite file"),
-    ]  # fmt: skip
+        Row(
+            "postgres",
+            f"{workers} processes dispatching distinct actions (submit), PostgreSQL",
+            "actions/s",
+            multi,
+            rates["raw"],
+            f"raw psycopg: {workers} processes, same SQL",
+            note="4 processes on 2 cores: the CPU is full, so this is settled's CPU per action",
+        ),
+        Row(
+            "postgres",
+            f"same, {workers} processes vs 1 process (PostgreSQL)",
+            "actions/s",
+            multi,
+            rates["single"],
+            "1 process dispatching as many",
+            note="row locks, not one write lock: writers add throughput until the CPU is full",
+        ),
+        Row(
+            "postgres",
+            f"same, PostgreSQL vs SQLite ({workers} processes each)",
+            "actions/s",
+            multi,
+            rates["sqlite"],
+            f"{workers} processes on one SQLite file",
+        ),
+    ]
 
 
 def run(tmp: str, cfg: dict[str, Any], batch: int) -> list[Row]:

@@ -17,8 +17,9 @@ ROOT = str(Path(__file__).resolve().parent.parent)
 TIMEOUT = 120.0
 
 
-def _run(path: str, workers: int, per_worker: int, tag: str,
-         module: str = "bench._worker") -> tuple[float, int, dict[str, int]]:  # fmt: skip
+def _run(
+    path: str, workers: int, per_worker: int, tag: str, module: str = "bench._worker"
+) -> tuple[float, int, dict[str, int]]:
     """Aggregate actions/s, errors surfaced, and their kinds."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     procs = [

@@ -66,8 +66,10 @@ def api_dispatch(tmp: str, n: int, repeats: int) -> list[Row]:
     new_ledger(rpath)
     with sim_process() as sim:
         with open(conf, "w") as fh:
-            fh.write(f'[providers.sim]\ntype = "sim"\nbase_url = "{sim}"\ntimeout = 5.0\n'
-                     '[serve.tokens.bench]\nsecret = "${SETTLED_BENCH_TOKEN}"\nroles = ["dispatch"]\n')  # fmt: skip
+            fh.write(
+                f'[providers.sim]\ntype = "sim"\nbase_url = "{sim}"\ntimeout = 5.0\n'
+                '[serve.tokens.bench]\nsecret = "${SETTLED_BENCH_TOKEN}"\nroles = ["dispatch"]\n'
+            )
         env = {
             **os.environ,
             "SETTLED_DB": path,
@@ -77,26 +79,43 @@ def api_dispatch(tmp: str, n: int, repeats: int) -> list[Row]:
         serve_cmd = [sys.executable, "-m", "settled", "serve", "--listen", "127.0.0.1:0"]
         raw_cmd = [sys.executable, "-m", "bench._serve_raw", rpath, sim]
         auth = {"Authorization": f"Bearer {TOKEN}"}
-        with _service(serve_cmd, env, "json") as url, _service(raw_cmd, env, "url") as raw, \
-                httpx.Client(timeout=30) as c:  # fmt: skip
+        with (
+            _service(serve_cmd, env, "json") as url,
+            _service(raw_cmd, env, "url") as raw,
+            httpx.Client(timeout=30) as c,
+        ):
 
             def settled_op(i: int, tag: str = "w") -> None:
-                resp = c.post(f"{url}/api/v1/actions", headers=auth, json={
-                    "provider": "sim", "operation": "book", "action_id": f"s{tag}-{i}",
-                    "params": {"to": "customer@example.com", "n": i}})  # fmt: skip
+                resp = c.post(
+                    f"{url}/api/v1/actions",
+                    headers=auth,
+                    json={
+                        "provider": "sim",
+                        "operation": "book",
+                        "action_id": f"s{tag}-{i}",
+                        "params": {"to": "customer@example.com", "n": i},
+                    },
+                )
                 assert resp.status_code == 201 and resp.json()["status"] == "CONFIRMED", resp.text
 
             def raw_op(i: int, tag: str = "w") -> None:
-                resp = c.post(f"{raw}/dispatch", json={
-                    "action_id": f"raw{tag}-{i}", "params": {"to": "customer@example.com", "n": i}})  # fmt: skip
+                resp = c.post(
+                    f"{raw}/dispatch",
+                    json={
+                        "action_id": f"raw{tag}-{i}",
+                        "params": {"to": "customer@example.com", "n": i},
+                    },
+                )
                 assert resp.status_code == 201
 
             settled_op(-1)  # warm both: connections, pools, first-use imports
             raw_op(-1)
             for r in range(repeats):
                 order = ["raw", "settled"] if r % 2 else ["settled", "raw"]
-                ops = {"settled": lambda i, r=r: settled_op(i, str(r)),
-                       "raw": lambda i, r=r: raw_op(i, str(r))}  # fmt: skip
+                ops = {
+                    "settled": lambda i, r=r: settled_op(i, str(r)),
+                    "raw": lambda i, r=r: raw_op(i, str(r)),
+                }
                 rates = interleave_many(n, ops, order)
                 sett.append(rates["settled"])
                 base.append(rates["raw"])
@@ -134,18 +153,40 @@ def _awaiting(path: str, ids: list[str]) -> None:
     from settled.model import Declared, Tier
     from settled.providers.base import Wire, WireResult
 
-    d = Declared(Tier.PARTIAL, consistency_window=0.0, queryable=False, carries_key=True,
-                 verify_interval=1.0, verify_deadline=86400.0)  # fmt: skip
+    d = Declared(
+        Tier.PARTIAL,
+        consistency_window=0.0,
+        queryable=False,
+        carries_key=True,
+        verify_interval=1.0,
+        verify_deadline=86400.0,
+    )
     with Ledger.open(path) as led:
         now = led.clock().now()
         for aid in ids:
-            rec = policy.new_record(action_id=aid, provider="sim", operation="deliver",
-                                    params={"n": aid}, declared=d, now=now)  # fmt: skip
+            rec = policy.new_record(
+                action_id=aid,
+                provider="sim",
+                operation="deliver",
+                params={"n": aid},
+                declared=d,
+                now=now,
+            )
             taken = policy.claim(rec, d, now, actor="bench", grace=30.0, default_backoff=0.05)
             claimed, _ = led.record_and_claim(rec, actor="bench", claim=taken.move)
             wire = WireResult(Wire.ANSWERED, status_code=202, object_id="rcpt-" + aid)
-            led.move(policy.outcome(claimed, d, policy.Verdict.ACCEPTED, wire, now,
-                                    owner=taken.owner, actor="bench", tries=[]))  # fmt: skip
+            led.move(
+                policy.outcome(
+                    claimed,
+                    d,
+                    policy.Verdict.ACCEPTED,
+                    wire,
+                    now,
+                    owner=taken.owner,
+                    actor="bench",
+                    tries=[],
+                )
+            )
 
 
 def callbacks(tmp: str, n: int, repeats: int) -> list[Row]:
@@ -170,30 +211,44 @@ def callbacks(tmp: str, n: int, repeats: int) -> list[Row]:
     with sim_process() as sim:
         with open(conf, "w") as fh:
             fh.write(f'[providers.sim]\ntype = "sim"\nbase_url = "{sim}"\n' + CALLBACKS)
-        env = {**os.environ, "SETTLED_DB": path, "SETTLED_CONFIG": conf,
-               "SETTLED_BENCH_HOOK_SECRET": HOOK_SECRET}  # fmt: skip
+        env = {
+            **os.environ,
+            "SETTLED_DB": path,
+            "SETTLED_CONFIG": conf,
+            "SETTLED_BENCH_HOOK_SECRET": HOOK_SECRET,
+        }
         serve_cmd = [sys.executable, "-m", "settled", "serve", "--listen", "127.0.0.1:0"]
         raw_cmd = [sys.executable, "-m", "bench._serve_raw", rpath, sim]
-        with _service(serve_cmd, env, "json") as url, _service(raw_cmd, env, "url") as raw, \
-                httpx.Client(timeout=30) as c:  # fmt: skip
+        with (
+            _service(serve_cmd, env, "json") as url,
+            _service(raw_cmd, env, "url") as raw,
+            httpx.Client(timeout=30) as c,
+        ):
 
             def post(base_url: str, aid: str, side: str) -> None:
-                body = json.dumps({"type": "effect.status",
-                                   "data": {"id": "rcpt-" + aid, "status": "delivered"}})  # fmt: skip
+                body = json.dumps(
+                    {"type": "effect.status", "data": {"id": "rcpt-" + aid, "status": "delivered"}}
+                )
                 msg = f"msg_{side}_{aid}"
-                headers = {"webhook-id": msg, "content-type": "application/json",
-                           "webhook-timestamp": str(int(datetime.now(UTC).timestamp())),
-                           "webhook-signature": signer.sign(msg, datetime.now(UTC), body)}  # fmt: skip
+                headers = {
+                    "webhook-id": msg,
+                    "content-type": "application/json",
+                    "webhook-timestamp": str(int(datetime.now(UTC).timestamp())),
+                    "webhook-signature": signer.sign(msg, datetime.now(UTC), body),
+                }
                 resp = c.post(f"{base_url}/hooks/sim", content=body, headers=headers)
-                assert resp.status_code == 200 and resp.json() == {"received": 1,
-                                                                   "matched": 1}, resp.text  # fmt: skip
+                assert resp.status_code == 200 and resp.json() == {"received": 1, "matched": 1}, (
+                    resp.text
+                )
 
             post(url, "hw--1", "s")  # warm both: connections, pools, first-use imports
             post(raw, "hw--1", "r")
             for r in range(repeats):
                 order = ["raw", "settled"] if r % 2 else ["settled", "raw"]
-                ops = {"settled": lambda i, r=r: post(url, f"h{r}-{i}", "s"),
-                       "raw": lambda i, r=r: post(raw, f"h{r}-{i}", "r")}  # fmt: skip
+                ops = {
+                    "settled": lambda i, r=r: post(url, f"h{r}-{i}", "s"),
+                    "raw": lambda i, r=r: post(raw, f"h{r}-{i}", "r"),
+                }
                 rates = interleave_many(n, ops, order)
                 sett.append(rates["settled"])
                 base.append(rates["raw"])

@@ -122,8 +122,11 @@ class AuditReport:
         return [f"{o.provider}.{o.operation}" for o in self.operations if o.debt]
 
     def to_json(self) -> dict[str, Any]:
-        return {"operations": [o.to_json() for o in self.operations], "debt": self.debt,
-                "callbacks": self.callbacks}  # fmt: skip
+        return {
+            "operations": [o.to_json() for o in self.operations],
+            "debt": self.debt,
+            "callbacks": self.callbacks,
+        }
 
 
 def settled_by_callbacks(spec: OperationSpec, cb: CallbackConfig) -> tuple[bool, str]:

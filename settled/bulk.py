@@ -158,8 +158,9 @@ class Settled:
         if self.report is not None:
             data = self.report.to_json()
         else:
-            data = self.record.to_json() if self.record is not None else {
-                "action_id": self.action_id}  # fmt: skip
+            data = (
+                self.record.to_json() if self.record is not None else {"action_id": self.action_id}
+            )
             data.update(outcome=self.outcome, result=None, message=self.problem)
         return {"line": self.line, **data}
 
@@ -412,8 +413,9 @@ class _BulkSend:
         try:
             if not item.first:
                 self.d.probe("between_requests")
-            attempt = self.d.send_claimed(item.record, item.declared, self.provider, item.taken,
-                                          self.gate)  # fmt: skip
+            attempt = self.d.send_claimed(
+                item.record, item.declared, self.provider, item.taken, self.gate
+            )
             self._done.put(_Done(item, attempt, self.d.outcome_move(attempt)))
         except BaseException as exc:  # handed to the writing thread, which raises it
             self._stopping = True  # what has not started yet never will
@@ -439,9 +441,11 @@ class _BulkSend:
             cause = str(exc).split("; ")[0]
             for x in done:
                 rec = x.item.record
-                msg = (f"sent, but its outcome could not be recorded ({cause}); it stays "
-                       f"IN_FLIGHT until its lease lapses at {rec.lease_expires_at}, then "
-                       "reconciliation settles it")  # fmt: skip
+                msg = (
+                    f"sent, but its outcome could not be recorded ({cause}); it stays "
+                    f"IN_FLIGHT until its lease lapses at {rec.lease_expires_at}, then "
+                    "reconciliation settles it"
+                )
                 yield Settled(
                     x.item.line, rec.action_id, Report(Outcome.DISPATCHED, rec, None, msg)
                 )
@@ -475,8 +479,15 @@ class BulkDispatch(_BulkSend):
         stop_requested: Callable[[], bool] | None = None,
     ) -> None:
         spec = dispatcher.registry.operation(provider, operation)  # UnknownProvider: nothing done
-        super().__init__(dispatcher, provider, concurrency=concurrency, group=group, gate=gate,
-                         flush_after=flush_after, stop_requested=stop_requested)  # fmt: skip
+        super().__init__(
+            dispatcher,
+            provider,
+            concurrency=concurrency,
+            group=group,
+            gate=gate,
+            flush_after=flush_after,
+            stop_requested=stop_requested,
+        )
         self.operation = operation
         self.declared = Declared.of(spec)
         self.needs_confirmation = bool(getattr(spec, "needs_confirmation", False))
@@ -491,8 +502,13 @@ class BulkDispatch(_BulkSend):
                 yield Settled(line.number, line.action_id, problem=line.problem or "no action_id")
                 continue
             try:
-                report = self.d.submit(self.provider_name, self.operation, line.params,
-                                       action_id=line.action_id, needs_confirmation=True)  # fmt: skip
+                report = self.d.submit(
+                    self.provider_name,
+                    self.operation,
+                    line.params,
+                    action_id=line.action_id,
+                    needs_confirmation=True,
+                )
             except Conflict as exc:
                 yield Settled(line.number, line.action_id, problem=str(exc), conflict=True)
             except InvalidInput as exc:
@@ -516,19 +532,27 @@ class BulkDispatch(_BulkSend):
                 yield Settled(line.number, line.action_id, problem=str(exc))
                 continue
             rec = policy.new_record(
-                action_id=line.action_id, provider=self.provider_name, operation=self.operation,
-                params=line.params, declared=self.declared, now=now,
-            )  # fmt: skip
+                action_id=line.action_id,
+                provider=self.provider_name,
+                operation=self.operation,
+                params=line.params,
+                declared=self.declared,
+                now=now,
+            )
             snapshot = None
             if self.declared.snapshots:
                 # A snapshot is a query: never spend one on an id that already exists.
                 if d.ledger.find(rec.action_id) is None:
                     snapshot = self.provider.snapshot(rec.operation, rec.params)
             taken = policy.claim(
-                rec, self.declared, now, actor=d.actor,
+                rec,
+                self.declared,
+                now,
+                actor=d.actor,
                 grace=self._lease_grace(self.declared, len(pairs)),
-                default_backoff=d.settings.backoff, snapshot=snapshot,
-            )  # fmt: skip
+                default_backoff=d.settings.backoff,
+                snapshot=snapshot,
+            )
             pairs.append((rec, taken))
             lines.append(line.number)
         if not pairs:
@@ -574,13 +598,24 @@ class BulkRetry(_BulkSend):
         gate: Gate | None = None,
         flush_after: float = DEFAULT_FLUSH_AFTER,
     ) -> None:
-        super().__init__(dispatcher, provider, concurrency=concurrency, group=group, gate=gate,
-                         flush_after=flush_after)  # fmt: skip
+        super().__init__(
+            dispatcher,
+            provider,
+            concurrency=concurrency,
+            group=group,
+            gate=gate,
+            flush_after=flush_after,
+        )
         self.recheck = recheck
         from .reconcile import Reconciler
 
-        self.checker = Reconciler(dispatcher.ledger, dispatcher.registry, clock=dispatcher.clock,
-                                  actor="recheck", probe=dispatcher.probe)  # fmt: skip
+        self.checker = Reconciler(
+            dispatcher.ledger,
+            dispatcher.registry,
+            clock=dispatcher.clock,
+            actor="recheck",
+            probe=dispatcher.probe,
+        )
 
     def _claim(self, batch: list[Line], pool: ThreadPoolExecutor) -> Iterator[Settled]:
         from .reconcile import Recheck
@@ -609,8 +644,13 @@ class BulkRetry(_BulkSend):
         lines: list[int] = []
         for (number, rec), check in zip(wanted, seen, strict=True):
             if check.refuses:
-                yield Settled(number, rec.action_id, problem=str(check.refusal("the retry")),
-                              refused=True, record=check.record)  # fmt: skip
+                yield Settled(
+                    number,
+                    rec.action_id,
+                    problem=str(check.refusal("the retry")),
+                    refused=True,
+                    record=check.record,
+                )
                 continue
             declared = d.declared_for(rec)
             reopen = policy.reopen(rec, declared, now, actor=d.actor, recheck=check.note)
@@ -619,10 +659,14 @@ class BulkRetry(_BulkSend):
                 self.provider.snapshot(rec.operation, rec.params) if declared.snapshots else None
             )
             taken = policy.claim(
-                fresh, declared, now, actor=d.actor,
+                fresh,
+                declared,
+                now,
+                actor=d.actor,
                 grace=self._lease_grace(declared, len(pairs)),
-                default_backoff=d.settings.backoff, snapshot=snapshot,
-            )  # fmt: skip
+                default_backoff=d.settings.backoff,
+                snapshot=snapshot,
+            )
             pairs.append((reopen, taken, declared))
             lines.append(number)
         if not pairs:
@@ -637,16 +681,25 @@ class BulkRetry(_BulkSend):
                 claimed.append(_Claimed(number, rec, taken, not claimed, declared))
                 continue
             now_is = d.ledger.get(reopen.action_id)
-            lost.append(Settled(number, reopen.action_id, refused=True, record=now_is,
-                                problem=f"action {reopen.action_id} changed to {now_is.status} "
-                                "before it could be retried (retried elsewhere?)"))  # fmt: skip
+            lost.append(
+                Settled(
+                    number,
+                    reopen.action_id,
+                    refused=True,
+                    record=now_is,
+                    problem=f"action {reopen.action_id} changed to {now_is.status} "
+                    "before it could be retried (retried elsewhere?)",
+                )
+            )
         self._send(claimed, pool)
         yield from lost
 
 
 _ENUMS: dict[str, Callable[[Any], Any]] = {
-    "status": Status, "delivery": Delivery, "acceptance": Acceptance,
-}  # fmt: skip
+    "status": Status,
+    "delivery": Delivery,
+    "acceptance": Acceptance,
+}
 
 
 def moved(rec: ActionRecord, move: Move) -> ActionRecord:

@@ -100,9 +100,13 @@ class Dispatcher:
         # A provider may refuse params it could never send: nothing is recorded.
         self.registry.check_params(provider, operation, params)
         rec = policy.new_record(
-            action_id=action_id, provider=provider, operation=operation, params=params,
-            declared=Declared.of(spec), now=self.clock.now(),
-        )  # fmt: skip
+            action_id=action_id,
+            provider=provider,
+            operation=operation,
+            params=params,
+            declared=Declared.of(spec),
+            now=self.clock.now(),
+        )
         if needs_confirmation:
             record, created = self.ledger.record(rec, actor=self.actor)
             if not created:
@@ -133,9 +137,15 @@ class Dispatcher:
         claimed is still reported (``FAILED``, never sent, when it never started)."""
         from .bulk import DEFAULT_GROUP, BulkDispatch
 
-        bulk = BulkDispatch(self, provider, operation, concurrency=concurrency,
-                            group=group or self.settings.group or DEFAULT_GROUP,
-                            gate=gate, stop_requested=stop_requested)  # fmt: skip
+        bulk = BulkDispatch(
+            self,
+            provider,
+            operation,
+            concurrency=concurrency,
+            group=group or self.settings.group or DEFAULT_GROUP,
+            gate=gate,
+            stop_requested=stop_requested,
+        )
         return bulk.run(lines)
 
     def retry_many(
@@ -168,8 +178,14 @@ class Dispatcher:
         for provider, todo in lines.items():
             threads = concurrency if isinstance(concurrency, int) else concurrency.get(provider, 1)
             try:
-                bulk = BulkRetry(self, provider, recheck=recheck, concurrency=threads, group=size,
-                                 gate=Gate(threads))  # fmt: skip
+                bulk = BulkRetry(
+                    self,
+                    provider,
+                    recheck=recheck,
+                    concurrency=threads,
+                    group=size,
+                    gate=Gate(threads),
+                )
             except SettledError as exc:  # not configured here, or cannot be built
                 for line in todo:
                     yield Settled(line.number, line.action_id, problem=f"not sent: {exc}")
@@ -184,11 +200,19 @@ class Dispatcher:
                 Outcome.NOT_FOUND, None, message=f"no action {action_id!r}", action_id=action_id
             )
         if record.terminal:
-            return Report(Outcome.ALREADY_COMPLETED, record, RESULT_BY_STATUS[record.status],
-                          f"already {record.status}")  # fmt: skip
+            return Report(
+                Outcome.ALREADY_COMPLETED,
+                record,
+                RESULT_BY_STATUS[record.status],
+                f"already {record.status}",
+            )
         if record.status is Status.DENIED_UNRESOLVED:
-            return Report(Outcome.BLOCKED, record, Result.UNRESOLVED,
-                          "prior dispatch unresolved — reconcile before retry")  # fmt: skip
+            return Report(
+                Outcome.BLOCKED,
+                record,
+                Result.UNRESOLVED,
+                "prior dispatch unresolved — reconcile before retry",
+            )
         if record.status is Status.PENDING:
             return self._send(record)
         return Report(Outcome.IN_PROGRESS, record, None, f"already {record.status}")
@@ -224,8 +248,9 @@ class Dispatcher:
 
         if not recheck:
             return Recheck("skipped", "skipped (--no-recheck)", record)
-        checker = Reconciler(self.ledger, self.registry, clock=self.clock, actor="recheck",
-                             probe=self.probe)  # fmt: skip
+        checker = Reconciler(
+            self.ledger, self.registry, clock=self.clock, actor="recheck", probe=self.probe
+        )
         seen = checker.recheck(record, self.clock.now(), asked=f"{self.actor} (retry)")
         if seen.refuses:
             raise seen.refusal("the retry")
@@ -278,9 +303,14 @@ class Dispatcher:
 
     def _claim(self, rec: ActionRecord, declared: Declared, snapshot: Any) -> policy.Claim:
         return policy.claim(
-            rec, declared, self.clock.now(), actor=self.actor, grace=self.settings.lease_grace,
-            default_backoff=self.settings.backoff, snapshot=snapshot,
-        )  # fmt: skip
+            rec,
+            declared,
+            self.clock.now(),
+            actor=self.actor,
+            grace=self.settings.lease_grace,
+            default_backoff=self.settings.backoff,
+            snapshot=snapshot,
+        )
 
     def _execute(
         self, claimed: ActionRecord, declared: Declared, provider: Provider, taken: policy.Claim
@@ -347,15 +377,25 @@ class Dispatcher:
         An attempt that never started (``lapsed`` with no try) is FAILED, never sent."""
         never_started = sent.lapsed and not sent.verdicts
         if never_started:
-            sent.tries.append({"try": len(sent.tries) + 1, "verdict": str(Verdict.NEVER_SENT),
-                               "detail": "not sent: the lease lapsed before the request could "
-                                         "start"})  # fmt: skip
+            sent.tries.append(
+                {
+                    "try": len(sent.tries) + 1,
+                    "verdict": str(Verdict.NEVER_SENT),
+                    "detail": "not sent: the lease lapsed before the request could start",
+                }
+            )
             sent.wire = None
         move = policy.outcome(
-            sent.claimed, sent.declared, sent.verdict, sent.wire, self.clock.now(),
-            owner=sent.taken.owner, actor=self.actor, tries=sent.tries,
+            sent.claimed,
+            sent.declared,
+            sent.verdict,
+            sent.wire,
+            self.clock.now(),
+            owner=sent.taken.owner,
+            actor=self.actor,
+            tries=sent.tries,
             late_send=sent.late_send,
-        )  # fmt: skip
+        )
         if never_started:
             why = (
                 "never sent: the provider asked for a pause (429/503 Retry-After) that outlasts "
@@ -425,9 +465,14 @@ class Dispatcher:
         for _ in range(3):  # each guard that fails means the record moved again: look again
             current = self.ledger.get(claimed.action_id)
             late = policy.late_outcome(
-                current, move, verdict, now, attempt=claimed.attempt, actor=self.actor,
+                current,
+                move,
+                verdict,
+                now,
+                attempt=claimed.attempt,
+                actor=self.actor,
                 late_send=late_send,
-            )  # fmt: skip
+            )
             moved = self.ledger.move(late)
             if moved is not None:
                 return moved
@@ -437,8 +482,9 @@ class Dispatcher:
         """A conditional-write conflict is never proof (rule 10): read the resource now."""
         from .reconcile import Reconciler
 
-        Reconciler(self.ledger, self.registry, clock=self.clock, actor=self.actor,
-                   probe=self.probe).run_ids([record.action_id])  # fmt: skip
+        Reconciler(
+            self.ledger, self.registry, clock=self.clock, actor=self.actor, probe=self.probe
+        ).run_ids([record.action_id])
         return self.ledger.get(record.action_id)
 
 

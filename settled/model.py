@@ -508,10 +508,18 @@ class Observation:
 # by every move itself, from its time).
 FIXED = frozenset(
     {
-        "action_id", "provider", "operation", "params", "params_hash", "tier",
-        "requires_manual_verification", "created_at", "updated_at", "declared",
+        "action_id",
+        "provider",
+        "operation",
+        "params",
+        "params_hash",
+        "tier",
+        "requires_manual_verification",
+        "created_at",
+        "updated_at",
+        "declared",
     }
-)  # fmt: skip
+)
 # Columns a move may set: every other field of the record. Names never come from user
 # input, and this set keeps it so.
 WRITABLE = frozenset(f.name for f in fields(ActionRecord)) - FIXED

@@ -139,9 +139,12 @@ def new_record(
     """A new PENDING action with its strategy fixed before anything leaves."""
     at = to_text(now)
     strategy = build_strategy(
-        declared.tier, now, declared.consistency_window, carries_key=declared.carries_key,
+        declared.tier,
+        now,
+        declared.consistency_window,
+        carries_key=declared.carries_key,
         key=business_key(declared, params),
-    )  # fmt: skip
+    )
     aid = action_id or "act-" + uuid.uuid4().hex[:20]
     return ActionRecord(
         action_id=aid,
@@ -297,14 +300,26 @@ def outcome(  # noqa: PLR0913  (keyword-only: every input a decision reads, name
     detail: dict[str, Any] = {"verdict": str(verdict), "tries": tries, "reason": reason}
     if late_send:
         detail["late_send"] = True
-    return Move(rec.action_id, Status.IN_FLIGHT, to, to_text(now), actor, EventKind.OUTCOME,
-                values=values, detail=detail, owner=owner)  # fmt: skip
+    return Move(
+        rec.action_id,
+        Status.IN_FLIGHT,
+        to,
+        to_text(now),
+        actor,
+        EventKind.OUTCOME,
+        values=values,
+        detail=detail,
+        owner=owner,
+    )
 
 
 def _outcome(
-    rec: ActionRecord, declared: Declared, verdict: Verdict, wire: WireResult | None,
+    rec: ActionRecord,
+    declared: Declared,
+    verdict: Verdict,
+    wire: WireResult | None,
     now: datetime,
-) -> tuple[Status, dict[str, Any], str]:  # fmt: skip
+) -> tuple[Status, dict[str, Any], str]:
     at = to_text(now)
     values: dict[str, Any] = {}
     code = ""
@@ -329,13 +344,21 @@ def _outcome(
         reason = (
             f"rejected by the provider: {detail}" if detail else f"rejected by the provider{code}"
         )
-        values.update(delivery=str(Delivery.DELIVERED), acceptance=str(Acceptance.NOT_APPLIED),
-                      next_check_at=None, reason=reason)  # fmt: skip
+        values.update(
+            delivery=str(Delivery.DELIVERED),
+            acceptance=str(Acceptance.NOT_APPLIED),
+            next_check_at=None,
+            reason=reason,
+        )
         return Status.FAILED, values, reason
     if verdict is Verdict.NEVER_SENT:
         reason = f"never reached the provider: {detail}" if detail else "never reached the provider"
-        values.update(delivery=str(Delivery.FAILED), acceptance=str(Acceptance.NOT_APPLIED),
-                      next_check_at=None, reason=reason)  # fmt: skip
+        values.update(
+            delivery=str(Delivery.FAILED),
+            acceptance=str(Acceptance.NOT_APPLIED),
+            next_check_at=None,
+            reason=reason,
+        )
         return Status.FAILED, values, reason
     if verdict is Verdict.ACCEPTED:
         values.update(delivery=str(Delivery.DELIVERED), acceptance=str(Acceptance.UNKNOWN))
@@ -399,13 +422,31 @@ def late_outcome(
     same = current.attempt == attempt
     if same and current.status is Status.DENIED_UNRESOLVED and not late_send:
         if intended.to in (Status.CONFIRMED, Status.FAILED):
-            moved = {k: v for k, v in intended.values.items()
-                     if k not in ("lease_owner", "lease_expires_at")}  # fmt: skip
+            moved = {
+                k: v
+                for k, v in intended.values.items()
+                if k not in ("lease_owner", "lease_expires_at")
+            }
             moved.update(next_check_at=None, check_error=None)
-            return Move(current.action_id, Status.DENIED_UNRESOLVED, intended.to, at, actor,
-                        EventKind.LATE_OUTCOME, values=moved, detail=detail)  # fmt: skip
-        return Move(current.action_id, Status.DENIED_UNRESOLVED, Status.DENIED_UNRESOLVED, at,
-                    actor, EventKind.LATE_OUTCOME, detail=detail)  # fmt: skip
+            return Move(
+                current.action_id,
+                Status.DENIED_UNRESOLVED,
+                intended.to,
+                at,
+                actor,
+                EventKind.LATE_OUTCOME,
+                values=moved,
+                detail=detail,
+            )
+        return Move(
+            current.action_id,
+            Status.DENIED_UNRESOLVED,
+            Status.DENIED_UNRESOLVED,
+            at,
+            actor,
+            EventKind.LATE_OUTCOME,
+            detail=detail,
+        )
     if same:
         conflict = contradiction(current, verdict, late_send)
     elif verdict in (Verdict.PROVEN, Verdict.ACCEPTED) or verdict.maybe_applied or late_send:
@@ -421,8 +462,16 @@ def late_outcome(
     if conflict:
         values["contradiction"] = conflict
         detail["contradiction"] = conflict
-    return Move(current.action_id, current.status, current.status, at, actor, EventKind.NOTE,
-                values=values, detail=detail)  # fmt: skip
+    return Move(
+        current.action_id,
+        current.status,
+        current.status,
+        at,
+        actor,
+        EventKind.NOTE,
+        values=values,
+        detail=detail,
+    )
 
 
 def contradiction(current: ActionRecord, verdict: Verdict, late_send: bool) -> str | None:
@@ -504,12 +553,20 @@ def expire(
         reason += "; needs a person"
     values["reason"] = reason
     return Move(
-        rec.action_id, Status.IN_FLIGHT, Status.DENIED_UNRESOLVED, to_text(now), actor,
-        EventKind.LEASE_EXPIRED, values=values,
-        detail={"lease_owner": rec.lease_owner, "lease_expires_at": rec.lease_expires_at,
-                "reason": reason},
+        rec.action_id,
+        Status.IN_FLIGHT,
+        Status.DENIED_UNRESOLVED,
+        to_text(now),
+        actor,
+        EventKind.LEASE_EXPIRED,
+        values=values,
+        detail={
+            "lease_owner": rec.lease_owner,
+            "lease_expires_at": rec.lease_expires_at,
+            "reason": reason,
+        },
         owner=rec.lease_owner,
-    )  # fmt: skip
+    )
 
 
 def needs_person(rec: ActionRecord, now: datetime, *, owner: str, actor: str) -> Move:
@@ -523,34 +580,56 @@ def needs_person(rec: ActionRecord, now: datetime, *, owner: str, actor: str) ->
 
 
 def unresolved(
-    rec: ActionRecord, now: datetime, why: str, evidence: dict[str, Any], *, owner: str | None,
-    actor: str, tally: dict[str, Any] | None = None,
-) -> Move:  # fmt: skip
+    rec: ActionRecord,
+    now: datetime,
+    why: str,
+    evidence: dict[str, Any],
+    *,
+    owner: str | None,
+    actor: str,
+    tally: dict[str, Any] | None = None,
+) -> Move:
     """Into the queue for a person, with the evidence gathered; ``tally`` is the check
     that led here (``checks``, ``counted_checks``, ``check_error``), when one did."""
     return Move(
-        rec.action_id, rec.status, Status.DENIED_UNRESOLVED, to_text(now), actor,
-        EventKind.UNRESOLVED, values={"lease_owner": None, "next_check_at": None, "reason": why,
-                                      **(tally or {})},
-        detail={**evidence, "reason": why}, owner=owner,
-    )  # fmt: skip
+        rec.action_id,
+        rec.status,
+        Status.DENIED_UNRESOLVED,
+        to_text(now),
+        actor,
+        EventKind.UNRESOLVED,
+        values={"lease_owner": None, "next_check_at": None, "reason": why, **(tally or {})},
+        detail={**evidence, "reason": why},
+        owner=owner,
+    )
 
 
 def wait_again(
-    rec: ActionRecord, now: datetime, until: datetime, reason: str, *, owner: str | None,
+    rec: ActionRecord,
+    now: datetime,
+    until: datetime,
+    reason: str,
+    *,
+    owner: str | None,
     extra: dict[str, Any] | None = None,
-) -> Move:  # fmt: skip
+) -> Move:
     """Release the record with its next check at ``until``; no status change, no
     event: a check that found nothing new (``extra`` carries its tally), or one that
     could not run, which spends nothing (rule 15)."""
-    values: dict[str, Any] = {"lease_owner": None, "reason": reason,
-                              "next_check_at": to_text(until), **(extra or {})}  # fmt: skip
-    return Move(rec.action_id, rec.status, rec.status, to_text(now), "", None, values=values,
-                owner=owner)  # fmt: skip
+    values: dict[str, Any] = {
+        "lease_owner": None,
+        "reason": reason,
+        "next_check_at": to_text(until),
+        **(extra or {}),
+    }
+    return Move(
+        rec.action_id, rec.status, rec.status, to_text(now), "", None, values=values, owner=owner
+    )
 
 
-def weigh(rec: ActionRecord, declared: Declared, obs: Observation, now: datetime,
-          rivals: list[str]) -> Observation:  # fmt: skip
+def weigh(
+    rec: ActionRecord, declared: Declared, obs: Observation, now: datetime, rivals: list[str]
+) -> Observation:
     """What an observation proves about this record, now: absences before the request
     could land prove nothing; an observed change that another action also asked for
     cannot be attributed by a snapshot diff."""
@@ -560,23 +639,29 @@ def weigh(rec: ActionRecord, declared: Declared, obs: Observation, now: datetime
             # Inside the consistency window an absence proves nothing: the effect may
             # not be visible yet. Only a check at or after eligible_at may fail it.
             return Observation(
-                Seen.NOT_YET, obs.object_id,
+                Seen.NOT_YET,
+                obs.object_id,
                 f"{obs.detail or 'not applied'} — before the consistency window ends "
-                f"({rec.eligible_at}); not taken as proof", obs.evidence,
-            )  # fmt: skip
+                f"({rec.eligible_at}); not taken as proof",
+                obs.evidence,
+            )
         counts = absence_counts_from(rec, declared)
         if obs.by_absence and counts is not None and now < counts:
             return Observation(
-                Seen.NOT_YET, obs.object_id,
+                Seen.NOT_YET,
+                obs.object_id,
                 f"{obs.detail or 'absent'} — but the request could still land until "
-                f"{to_text(counts)}; not taken as proof", obs.evidence,
-            )  # fmt: skip
+                f"{to_text(counts)}; not taken as proof",
+                obs.evidence,
+            )
     if obs.seen is Seen.APPLIED and rivals:
         return Observation(
-            Seen.AMBIGUOUS, obs.object_id,
+            Seen.AMBIGUOUS,
+            obs.object_id,
             f"the change is there, but {', '.join(rivals)} asked for the same change; "
-            "a snapshot diff cannot tell which action made it", obs.evidence,
-        )  # fmt: skip
+            "a snapshot diff cannot tell which action made it",
+            obs.evidence,
+        )
     return obs
 
 
@@ -599,9 +684,14 @@ def check_error(obs: Observation) -> str | None:
 
 
 def judge(
-    rec: ActionRecord, declared: Declared, obs: Observation, now: datetime, *,
-    owner: str | None, actor: str,
-) -> Move:  # fmt: skip
+    rec: ActionRecord,
+    declared: Declared,
+    obs: Observation,
+    now: datetime,
+    *,
+    owner: str | None,
+    actor: str,
+) -> Move:
     """Where a checked record goes: applied → CONFIRMED; provably absent → FAILED;
     anything else → checked again, every ``verify_interval``, until the verification
     budget is spent: its deadline has passed AND ``verify_min_checks`` checks that
@@ -614,10 +704,18 @@ def judge(
     n = rec.checks + 1
     counts = spends_budget(rec, now)
     error = check_error(obs)
-    tally: dict[str, Any] = {"checks": n, "check_error": error,
-                             "counted_checks": rec.counted_checks + (1 if counts else 0)}  # fmt: skip
-    evidence = {"seen": str(obs.seen), "detail": one_line(obs.detail)[:300], "check": n,
-                "counted": counts, **dict(obs.evidence)}  # fmt: skip
+    tally: dict[str, Any] = {
+        "checks": n,
+        "check_error": error,
+        "counted_checks": rec.counted_checks + (1 if counts else 0),
+    }
+    evidence = {
+        "seen": str(obs.seen),
+        "detail": one_line(obs.detail)[:300],
+        "check": n,
+        "counted": counts,
+        **dict(obs.evidence),
+    }
     if obs.seen in (Seen.APPLIED, Seen.NOT_APPLIED):
         values: dict[str, Any] = {"lease_owner": None, "next_check_at": None, **tally}
         if obs.seen is Seen.APPLIED:
@@ -632,8 +730,17 @@ def judge(
             if obs.object_id:
                 values["provider_object_id"] = obs.object_id
             values.update(acceptance=str(Acceptance.NOT_APPLIED), reason=reason)
-        return Move(rec.action_id, rec.status, to, at, actor, EventKind.RECONCILED, values=values,
-                    detail={**evidence, "reason": reason}, owner=owner)  # fmt: skip
+        return Move(
+            rec.action_id,
+            rec.status,
+            to,
+            at,
+            actor,
+            EventKind.RECONCILED,
+            values=values,
+            detail={**evidence, "reason": reason},
+            owner=owner,
+        )
     deadline = from_text(rec.verify_deadline_at)
     if deadline is None and rec.checks == 0:  # expired where the provider was unknown
         deadline = plus(now, declared.verify_deadline)
@@ -698,10 +805,13 @@ def _given_up(rec: ActionRecord, obs: Observation, n: int, error: str | None, sh
 def _applied(obs: Observation, at: str) -> dict[str, Any]:
     """What an observation of the effect writes: confirmed by reconciliation."""
     values: dict[str, Any] = {
-        "acceptance": str(Acceptance.APPLIED), "delivery": str(Delivery.DELIVERED),
-        "confirmed_at": at, "confirmed_by": "reconciliation", "reason": None,
+        "acceptance": str(Acceptance.APPLIED),
+        "delivery": str(Delivery.DELIVERED),
+        "confirmed_at": at,
+        "confirmed_by": "reconciliation",
+        "reason": None,
         "check_error": None,
-    }  # fmt: skip
+    }
     if obs.object_id:
         values["provider_object_id"] = obs.object_id
     return values
@@ -722,9 +832,14 @@ def recheck_needed(rec: ActionRecord, declared: Declared | None) -> str:
 
 
 def by_evidence(
-    rec: ActionRecord, declared: Declared, obs: Observation, now: datetime, *, actor: str,
+    rec: ActionRecord,
+    declared: Declared,
+    obs: Observation,
+    now: datetime,
+    *,
+    actor: str,
     asked: str,
-) -> Move:  # fmt: skip
+) -> Move:
     """The check made before a verdict or a retry saw the effect (rule 14): the record
     settles by that evidence. An open record is CONFIRMED as by any check; a FAILED
     one is corrected to CONFIRMED (``model.EVIDENCE_CORRECTIONS``, on its attempt);
@@ -735,19 +850,39 @@ def by_evidence(
         move = judge(rec, declared, obs, now, owner=None, actor=actor)
         return replace(move, detail={**move.detail, "recheck_for": asked})
     shown = one_line(obs.detail)[:DETAIL]
-    detail = {"seen": str(obs.seen), "detail": one_line(obs.detail)[:300], "recheck_for": asked,
-              **dict(obs.evidence)}  # fmt: skip
+    detail = {
+        "seen": str(obs.seen),
+        "detail": one_line(obs.detail)[:300],
+        "recheck_for": asked,
+        **dict(obs.evidence),
+    }
     checks = {"checks": rec.checks + 1, "check_error": None}
     if rec.status is Status.FAILED:
         reason = "effect observed by reconciliation" + (f": {shown}" if shown else "")
         values = {**_applied(obs, at), **checks, "contradiction": None, "next_check_at": None}
-        return Move(rec.action_id, Status.FAILED, Status.CONFIRMED, at, actor,
-                    EventKind.RECONCILED, values=values, detail={**detail, "reason": reason},
-                    attempt=rec.attempt, by_evidence=True)  # fmt: skip
-    return Move(rec.action_id, rec.status, rec.status, at, actor, EventKind.NOTE,
-                values={"contradiction": None, **checks},
-                detail={**detail, "reason": "the effect is observed: the status stands"},
-                attempt=rec.attempt)  # fmt: skip
+        return Move(
+            rec.action_id,
+            Status.FAILED,
+            Status.CONFIRMED,
+            at,
+            actor,
+            EventKind.RECONCILED,
+            values=values,
+            detail={**detail, "reason": reason},
+            attempt=rec.attempt,
+            by_evidence=True,
+        )
+    return Move(
+        rec.action_id,
+        rec.status,
+        rec.status,
+        at,
+        actor,
+        EventKind.NOTE,
+        values={"contradiction": None, **checks},
+        detail={**detail, "reason": "the effect is observed: the status stands"},
+        attempt=rec.attempt,
+    )
 
 
 # -- callbacks (rule 16) ---------------------------------------------------------------------
@@ -792,9 +927,16 @@ def callback(pending: PendingCallback, rec: ActionRecord, now: datetime) -> Move
     open_ = rec.status in (Status.AWAITING_VERIFICATION, Status.DENIED_UNRESOLVED)
     if cb.reported is Reported.APPLIED:
         if open_:
-            values = {"acceptance": str(Acceptance.APPLIED), "delivery": str(Delivery.DELIVERED),
-                      "confirmed_at": at, "confirmed_by": actor, "next_check_at": None,
-                      "lease_owner": None, "reason": None, "check_error": None}  # fmt: skip
+            values = {
+                "acceptance": str(Acceptance.APPLIED),
+                "delivery": str(Delivery.DELIVERED),
+                "confirmed_at": at,
+                "confirmed_by": actor,
+                "next_check_at": None,
+                "lease_owner": None,
+                "reason": None,
+                "check_error": None,
+            }
             return _moved(rec, Status.CONFIRMED, at, actor, detail, f"{said}: the effect", values)
         if rec.status is Status.FAILED:
             flag = f"{said} after the record became FAILED; resolve it before any retry"
@@ -803,9 +945,14 @@ def callback(pending: PendingCallback, rec: ActionRecord, now: datetime) -> Move
     if cb.reported is Reported.NOT_APPLIED:
         if open_:
             reason = f"the provider's {said}: not applied"
-            values = {"acceptance": str(Acceptance.NOT_APPLIED), "delivery": str(Delivery.DELIVERED),
-                      "next_check_at": None, "lease_owner": None, "reason": reason,
-                      "check_error": None}  # fmt: skip
+            values = {
+                "acceptance": str(Acceptance.NOT_APPLIED),
+                "delivery": str(Delivery.DELIVERED),
+                "next_check_at": None,
+                "lease_owner": None,
+                "reason": reason,
+                "check_error": None,
+            }
             return _moved(rec, Status.FAILED, at, actor, detail, reason, values)
         if rec.status is Status.CONFIRMED:
             flag = f"{said} although the effect was observed; check what the provider holds"
@@ -813,8 +960,14 @@ def callback(pending: PendingCallback, rec: ActionRecord, now: datetime) -> Move
         return _stay(rec, at, actor, detail, f"{said}; it agrees with {rec.status}")
     if cb.reported is Reported.DELIVERED:
         if open_ and rec.delivery is not Delivery.DELIVERED:
-            return _stay(rec, at, actor, detail, f"{said}: delivery only; acceptance is still "
-                         "unknown", {"delivery": str(Delivery.DELIVERED)})  # fmt: skip
+            return _stay(
+                rec,
+                at,
+                actor,
+                detail,
+                f"{said}: delivery only; acceptance is still unknown",
+                {"delivery": str(Delivery.DELIVERED)},
+            )
         if rec.status is Status.FAILED and rec.delivery is Delivery.FAILED:
             flag = f"{said} although the request was recorded as never delivered"
             return _stay(rec, at, actor, detail, flag, {"contradiction": flag})
@@ -823,20 +976,46 @@ def callback(pending: PendingCallback, rec: ActionRecord, now: datetime) -> Move
 
 
 def _stay(
-    rec: ActionRecord, at: str, actor: str, detail: dict[str, Any], reason: str,
+    rec: ActionRecord,
+    at: str,
+    actor: str,
+    detail: dict[str, Any],
+    reason: str,
     values: dict[str, Any] | None = None,
-) -> Move:  # fmt: skip
-    return Move(rec.action_id, rec.status, rec.status, at, actor, EventKind.CALLBACK,
-                values=values or {}, detail={**detail, "reason": reason},
-                attempt=rec.attempt)  # fmt: skip
+) -> Move:
+    return Move(
+        rec.action_id,
+        rec.status,
+        rec.status,
+        at,
+        actor,
+        EventKind.CALLBACK,
+        values=values or {},
+        detail={**detail, "reason": reason},
+        attempt=rec.attempt,
+    )
 
 
 def _moved(
-    rec: ActionRecord, to: Status, at: str, actor: str, detail: dict[str, Any], reason: str,
+    rec: ActionRecord,
+    to: Status,
+    at: str,
+    actor: str,
+    detail: dict[str, Any],
+    reason: str,
     values: dict[str, Any],
-) -> Move:  # fmt: skip
-    return Move(rec.action_id, rec.status, to, at, actor, EventKind.CALLBACK, values=values,
-                detail={**detail, "reason": reason}, attempt=rec.attempt)  # fmt: skip
+) -> Move:
+    return Move(
+        rec.action_id,
+        rec.status,
+        to,
+        at,
+        actor,
+        EventKind.CALLBACK,
+        values=values,
+        detail={**detail, "reason": reason},
+        attempt=rec.attempt,
+    )
 
 
 # -- people ----------------------------------------------------------------------------------
@@ -849,9 +1028,12 @@ def reopen(
     ``recheck`` says what the check made before it saw (rule 14), for the event."""
     attempt = rec.attempt + 1
     strategy = build_strategy(
-        declared.tier, now, declared.consistency_window, carries_key=declared.carries_key,
+        declared.tier,
+        now,
+        declared.consistency_window,
+        carries_key=declared.carries_key,
         key=business_key(declared, rec.params),
-    )  # fmt: skip
+    )
     values = {
         "attempt": attempt,
         "idempotency_key": idempotency_key(rec.action_id, attempt),
@@ -877,15 +1059,31 @@ def reopen(
     detail: dict[str, Any] = {"attempt": attempt, "previous_idempotency_key": rec.idempotency_key}
     if recheck is not None:
         detail["recheck"] = recheck
-    return Move(rec.action_id, Status.FAILED, Status.PENDING, to_text(now), actor,
-                EventKind.RETRY, values=values, detail=detail, attempt=rec.attempt)  # fmt: skip
+    return Move(
+        rec.action_id,
+        Status.FAILED,
+        Status.PENDING,
+        to_text(now),
+        actor,
+        EventKind.RETRY,
+        values=values,
+        detail=detail,
+        attempt=rec.attempt,
+    )
 
 
 def resolution(  # noqa: PLR0913  (keyword-only: the verdict's fields)
-    rec: ActionRecord, *, applied: bool, reason: str, by: str, now: datetime,
-    evidence: str | None = None, object_id: str | None = None, recheck: str | None = None,
+    rec: ActionRecord,
+    *,
+    applied: bool,
+    reason: str,
+    by: str,
+    now: datetime,
+    evidence: str | None = None,
+    object_id: str | None = None,
+    recheck: str | None = None,
     checked: bool = False,
-) -> Move | None:  # fmt: skip
+) -> Move | None:
     """A person's attested verdict: from DENIED_UNRESOLVED; from AWAITING_VERIFICATION
     when only a person can verify it; and on a terminal record that later evidence
     contradicts (correcting its status, or clearing the flag). None: not allowed.
@@ -895,9 +1093,13 @@ def resolution(  # noqa: PLR0913  (keyword-only: the verdict's fields)
     actor = f"operator:{by}"
     at = to_text(now)
     to = Status.CONFIRMED if applied else Status.FAILED
-    detail: dict[str, Any] = {"verdict": "applied" if applied else "not_applied",
-                              "reason": reason, "evidence": evidence, "object_id": object_id,
-                              "by": by}  # fmt: skip
+    detail: dict[str, Any] = {
+        "verdict": "applied" if applied else "not_applied",
+        "reason": reason,
+        "evidence": evidence,
+        "object_id": object_id,
+        "by": by,
+    }
     if recheck is not None:
         detail["recheck"] = recheck
     tally: dict[str, Any] = {"checks": rec.checks + 1, "check_error": None} if checked else {}
@@ -916,17 +1118,35 @@ def resolution(  # noqa: PLR0913  (keyword-only: the verdict's fields)
         values["provider_object_id"] = object_id
     if rec.terminal and rec.contradiction:
         if rec.status is to:  # the status stands: the flag is cleared, with the evidence
-            return Move(rec.action_id, rec.status, rec.status, at, actor, EventKind.NOTE,
-                        values={"contradiction": None, **tally}, detail=detail)  # fmt: skip
-        return Move(rec.action_id, rec.status, to, at, actor, EventKind.RESOLVED, values=values,
-                    detail=detail, correction=True)  # fmt: skip
+            return Move(
+                rec.action_id,
+                rec.status,
+                rec.status,
+                at,
+                actor,
+                EventKind.NOTE,
+                values={"contradiction": None, **tally},
+                detail=detail,
+            )
+        return Move(
+            rec.action_id,
+            rec.status,
+            to,
+            at,
+            actor,
+            EventKind.RESOLVED,
+            values=values,
+            detail=detail,
+            correction=True,
+        )
     allowed = rec.status is Status.DENIED_UNRESOLVED or (
         rec.status is Status.AWAITING_VERIFICATION and rec.requires_manual_verification
     )
     if not allowed:
         return None
-    return Move(rec.action_id, rec.status, to, at, actor, EventKind.RESOLVED, values=values,
-                detail=detail)  # fmt: skip
+    return Move(
+        rec.action_id, rec.status, to, at, actor, EventKind.RESOLVED, values=values, detail=detail
+    )
 
 
 def one_line(text: str) -> str:

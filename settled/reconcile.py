@@ -292,10 +292,14 @@ class Reconciler:
             owner = "r-" + uuid.uuid4().hex
             pending, after = group.take()  # the previous batch's results: one commit for both
             batch = self.ledger.lease_due(
-                now=now, cutoff=cutoff, size=size, owner=owner,
-                until=to_text(plus(now, self.lease)), expire=self._expire_at(now),
+                now=now,
+                cutoff=cutoff,
+                size=size,
+                owner=owner,
+                until=to_text(plus(now, self.lease)),
+                expire=self._expire_at(now),
                 pending=pending,
-            )  # fmt: skip
+            )
             for held, tell in zip(batch.committed, after, strict=True):
                 tell(held)
             for rec, m in batch.expired:
@@ -334,8 +338,7 @@ class Reconciler:
         object id it names (a late reply, a person's ``--object-id``) or left
         ``IN_FLIGHT`` by its lease. One bounded batch per pass, before the due rows (a
         callback that settles one spares it a query or a person); the rest next pass."""
-        sweep = self.ledger.sweep_callbacks(policy.callback, now=self.clock.now(),
-                                            size=self.batch)  # fmt: skip
+        sweep = self.ledger.sweep_callbacks(policy.callback, now=self.clock.now(), size=self.batch)
         report.callbacks_expired += sweep.expired
         for _, move in sweep.matched:
             rec = self.ledger.find(move.action_id)
@@ -348,8 +351,9 @@ class Reconciler:
         self._today.clear()
         self._unusable.clear()
 
-    def _check_in_turn(self, leased: list[ActionRecord], owner: str, report: PassReport,
-                       group: _Group) -> None:  # fmt: skip
+    def _check_in_turn(
+        self, leased: list[ActionRecord], owner: str, report: PassReport, group: _Group
+    ) -> None:
         for i, rec in enumerate(leased):
             if self.stop_requested():
                 report.stopped = True
@@ -460,8 +464,9 @@ class Reconciler:
             if why:
                 self._skip(report, rec, why)
                 return None
-        if not self.ledger.lease_one(rec, owner=owner, until=to_text(plus(now, self.lease)),
-                                     now=to_text(now)):  # fmt: skip
+        if not self.ledger.lease_one(
+            rec, owner=owner, until=to_text(plus(now, self.lease)), now=to_text(now)
+        ):
             self._skip(report, rec, "another reconciler holds it")
             return None
         rec.lease_owner = owner
@@ -489,8 +494,10 @@ class Reconciler:
         ready = [self._recheck_job(rec) for rec in records]
         jobs = [r for r in ready if isinstance(r, _Job)]
         seen = dict(zip((id(j) for j in jobs), pool.map(self._recheck_query, jobs), strict=True))
-        return [r if isinstance(r, Recheck) else self._recheck_seen(r, seen[id(r)], now, asked)
-                for r in ready]  # fmt: skip
+        return [
+            r if isinstance(r, Recheck) else self._recheck_seen(r, seen[id(r)], now, asked)
+            for r in ready
+        ]
 
     def _recheck_job(self, rec: ActionRecord) -> Recheck | _Job:
         """What checking ``rec`` before a verdict takes: nothing (not needed, or not
@@ -527,8 +534,9 @@ class Reconciler:
         hold = _hold(obs)
         if hold is not None:
             job.gate.hold(hold)
-            return Recheck("impossible", f"{rec.provider} asked for a pause: {obs.detail}", rec,
-                           queried=True)  # fmt: skip
+            return Recheck(
+                "impossible", f"{rec.provider} asked for a pause: {obs.detail}", rec, queried=True
+            )
         error = policy.check_error(obs)
         if error is not None:
             return Recheck("impossible", error, rec, queried=True)
@@ -562,8 +570,9 @@ class Reconciler:
                 # Configured here but broken: its checks are attempts that fail, and
                 # they count (rule 15), so the budget starts now as for any record.
                 problem = ""
-            return policy.expire(rec, declared, now, actor=self.actor, problem=problem,
-                                 recheck=self.lease)  # fmt: skip
+            return policy.expire(
+                rec, declared, now, actor=self.actor, problem=problem, recheck=self.lease
+            )
 
         return expire
 
@@ -614,15 +623,20 @@ class Reconciler:
         spec, spec_problem = self._spec(rec)
         if declared is not None and not declared.queryable:
             why = "no query can observe this effect; needs a person"
-            self._queue(report, group, rec, policy.unresolved(rec, now, why, {}, owner=owner,
-                                                              actor=self.actor))  # fmt: skip
+            self._queue(
+                report,
+                group,
+                rec,
+                policy.unresolved(rec, now, why, {}, owner=owner, actor=self.actor),
+            )
             return None
         if declared is not None and spec is None and rec.provider in self._unusable:
             # Configured here, but it cannot even be built (a ${VAR} missing from this
             # environment): a check that failed. It counts (rule 15), so that a broken
             # verifier reaches the queue instead of waiting for ever.
-            broken = Observation(Seen.UNKNOWN, detail=spec_problem,
-                                 evidence={"error": "provider_unusable"})  # fmt: skip
+            broken = Observation(
+                Seen.UNKNOWN, detail=spec_problem, evidence={"error": "provider_unusable"}
+            )
             move = policy.judge(rec, declared, broken, now, owner=owner, actor=self.actor)
             self._queue(report, group, rec, move, str(Seen.UNKNOWN))
             return None
@@ -659,8 +673,9 @@ class Reconciler:
             return None
         return obs
 
-    def _conclude(self, job: _Job, obs: Observation | None, report: PassReport,
-                  group: _Group) -> None:  # fmt: skip
+    def _conclude(
+        self, job: _Job, obs: Observation | None, report: PassReport, group: _Group
+    ) -> None:
         """What the observation proves (``policy.weigh``, ``policy.judge``), queued for
         the group commit (the writing thread)."""
         rec, declared = job.rec, job.declared
@@ -668,8 +683,9 @@ class Reconciler:
         if obs is None:
             until = plus(now, max(job.gate.closed_for(), 0.001))
             why = f"{rec.provider} asked for a pause (429/503); checked after {to_text(until)}"
-            self._queue(report, group, rec, policy.wait_again(rec, now, until, why,
-                                                              owner=job.owner))  # fmt: skip
+            self._queue(
+                report, group, rec, policy.wait_again(rec, now, until, why, owner=job.owner)
+            )
             return
         rivals: list[str] = []
         if obs.seen is Seen.APPLIED and declared.snapshots and not declared.carries_key:
@@ -681,8 +697,14 @@ class Reconciler:
         self._queue(report, group, rec, move, str(obs.seen))
 
     # ------------------------------------------------------------ results
-    def _queue(self, report: PassReport, group: _Group, rec: ActionRecord, move: Move,
-               seen: str | None = None) -> None:  # fmt: skip
+    def _queue(
+        self,
+        report: PassReport,
+        group: _Group,
+        rec: ActionRecord,
+        move: Move,
+        seen: str | None = None,
+    ) -> None:
         def after(held: bool) -> None:
             if move.kind is None:
                 if held:
@@ -695,8 +717,15 @@ class Reconciler:
 
         group.add(move, after)
 
-    def _note_move(self, report: PassReport, move: Move, held: object,
-                   seen: str | None = None, *, rec: ActionRecord) -> None:  # fmt: skip
+    def _note_move(
+        self,
+        report: PassReport,
+        move: Move,
+        held: object,
+        seen: str | None = None,
+        *,
+        rec: ActionRecord,
+    ) -> None:
         """Report a move that is now durable (``held``: its guard held)."""
         if held is None or held is False:
             return
@@ -707,9 +736,19 @@ class Reconciler:
             self.on_change(ch)
 
     def _skip(self, report: PassReport, rec: ActionRecord, why: str) -> None:
-        report.skipped.append(Change(rec.action_id, str(rec.status), str(rec.status), "skipped",
-                                     why, rec.next_check_at, to_text(self.clock.now()),
-                                     provider=rec.provider, operation=rec.operation))  # fmt: skip
+        report.skipped.append(
+            Change(
+                rec.action_id,
+                str(rec.status),
+                str(rec.status),
+                "skipped",
+                why,
+                rec.next_check_at,
+                to_text(self.clock.now()),
+                provider=rec.provider,
+                operation=rec.operation,
+            )
+        )
 
 
 def why_unchecked(rec: ActionRecord, now: datetime) -> str:
@@ -734,17 +773,28 @@ def why_unchecked(rec: ActionRecord, now: datetime) -> str:
 
 def _change(rec: ActionRecord, move: Move, seen: str | None, kind: str) -> Change:
     return Change(
-        rec.action_id, str(move.frm), str(move.to), kind, str(move.values.get("reason") or ""),
-        move.values.get("next_check_at"), move.at, seen, rec.provider, rec.operation,
+        rec.action_id,
+        str(move.frm),
+        str(move.to),
+        kind,
+        str(move.values.get("reason") or ""),
+        move.values.get("next_check_at"),
+        move.at,
+        seen,
+        rec.provider,
+        rec.operation,
         move.values.get("check_error"),
-    )  # fmt: skip
+    )
 
 
 def _hold(obs: Observation) -> float | None:
     """How long a query's answer asks us to leave its provider alone (429/503), or None."""
     code = obs.evidence.get("status_code")
-    return policy.throttled(code if isinstance(code, int) else None,
-                            getattr(obs, "retry_after", None), DEFAULT_QUERY_HOLD)  # fmt: skip
+    return policy.throttled(
+        code if isinstance(code, int) else None,
+        getattr(obs, "retry_after", None),
+        DEFAULT_QUERY_HOLD,
+    )
 
 
 @dataclass(frozen=True)

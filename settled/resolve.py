@@ -54,9 +54,16 @@ def resolve(  # noqa: PLR0913  (keyword-only: the verdict's fields)
 
     def verdict(recheck_note: str | None = None, checked: bool = False) -> Move | None:
         return policy.resolution(
-            rec, applied=applied, reason=reason.strip(), by=who, now=now, evidence=evidence,
-            object_id=object_id, recheck=recheck_note, checked=checked,
-        )  # fmt: skip
+            rec,
+            applied=applied,
+            reason=reason.strip(),
+            by=who,
+            now=now,
+            evidence=evidence,
+            object_id=object_id,
+            recheck=recheck_note,
+            checked=checked,
+        )
 
     move = verdict()
     if move is None:

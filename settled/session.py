@@ -122,9 +122,11 @@ class Session:
 
         cfg = self.config()
         settings = DispatchSettings(
-            lease_grace=cfg.lease_grace, backoff=cfg.backoff, group=cfg.dispatch_group,
+            lease_grace=cfg.lease_grace,
+            backoff=cfg.backoff,
+            group=cfg.dispatch_group,
             callbacks=frozenset(cfg.callbacks),
-        )  # fmt: skip
+        )
         return Dispatcher(
             self.ledger(), self.registry(), settings=settings, actor=actor, probe=self.probe
         )
@@ -149,8 +151,11 @@ class Session:
         from .callbacks.hooks import MAX_BODY, Hooks
 
         if self._hooks is None:
-            self._hooks = Hooks(self.ledger(), self.config().callbacks,
-                                max_body=MAX_BODY if max_body is None else max_body)  # fmt: skip
+            self._hooks = Hooks(
+                self.ledger(),
+                self.config().callbacks,
+                max_body=MAX_BODY if max_body is None else max_body,
+            )
         return self._hooks
 
     def query_concurrency(self, explicit: int | None = None) -> tuple[int, dict[str, int]]:

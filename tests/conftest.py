@@ -27,11 +27,25 @@ from settled.providers.sim_server import SimServer
 
 BACKENDS = ("sqlite", "postgres")
 LEDGER_FREE = {
-    "test_api", "test_callbacks_config", "test_client", "test_cli_usage", "test_cookbook", "test_docs", "test_docs_operator",
-    "test_docs_providers", "test_http_config", "test_model", "test_rel_cli_usage",
-    "test_rel_redaction", "test_sim", "test_static", "test_wire",
-    "test_docs_architecture", "test_docs_cli", "test_docs_links",
-}  # fmt: skip
+    "test_api",
+    "test_callbacks_config",
+    "test_client",
+    "test_cli_usage",
+    "test_cookbook",
+    "test_docs",
+    "test_docs_operator",
+    "test_docs_providers",
+    "test_http_config",
+    "test_model",
+    "test_rel_cli_usage",
+    "test_rel_redaction",
+    "test_sim",
+    "test_static",
+    "test_wire",
+    "test_docs_architecture",
+    "test_docs_cli",
+    "test_docs_links",
+}
 
 
 # Modules whose tests touch a ledger only on the way to what they test: providers
@@ -43,11 +57,21 @@ LEDGER_FREE = {
 # otherwise runs on both is marked ``ledger_incidental``: help and usage text, config
 # and reply parsing, input refused before a ledger is opened.
 INCIDENTAL = {
-    "test_agents", "test_caldav", "test_cli_render", "test_cli_terminal", "test_http",
-    "test_http_shape", "test_imports", "test_mcp", "test_mcp_process", "test_real_caldav",
-    "test_real_datasette", "test_real_jsonserver", "test_rel_fault_matrix",
+    "test_agents",
+    "test_caldav",
+    "test_cli_render",
+    "test_cli_terminal",
+    "test_http",
+    "test_http_shape",
+    "test_imports",
+    "test_mcp",
+    "test_mcp_process",
+    "test_real_caldav",
+    "test_real_datasette",
+    "test_real_jsonserver",
+    "test_rel_fault_matrix",
     "test_rel_fault_matrix_http",
-}  # fmt: skip
+}
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -27,56 +27,95 @@ TWILIO_URL = "https://hooks.example.com/hooks/sms"
 def callbacks_config(provider: str = "p", **table: Any) -> Any:
     """``Config.callbacks`` for one provider whose ``[providers.P.callbacks]`` is ``table``."""
     cfg = config.from_dict(
-        {"providers": {provider: {"type": "sim", "base_url": "http://127.0.0.1:9",
-                                  "callbacks": table}}},
+        {
+            "providers": {
+                provider: {"type": "sim", "base_url": "http://127.0.0.1:9", "callbacks": table}
+            }
+        },
         source="settled.toml",
-    )  # fmt: skip
+    )
     return cfg.callbacks
 
 
 def hooks(
-    ledger: Ledger, env: dict[str, str], *, now: datetime = T0, max_body: int = 1024 * 1024,
-    provider: str = "p", **table: Any,
-) -> tuple[Hooks, FakeClock]:  # fmt: skip
+    ledger: Ledger,
+    env: dict[str, str],
+    *,
+    now: datetime = T0,
+    max_body: int = 1024 * 1024,
+    provider: str = "p",
+    **table: Any,
+) -> tuple[Hooks, FakeClock]:
     clock = FakeClock(now)
-    return Hooks(ledger, callbacks_config(provider, **table), env=env, clock=clock,
-                 max_body=max_body), clock  # fmt: skip
+    return Hooks(
+        ledger, callbacks_config(provider, **table), env=env, clock=clock, max_body=max_body
+    ), clock
 
 
 def declared(tier: Tier) -> Declared:
-    return Declared(tier, consistency_window=0.0, queryable=tier is Tier.RECONCILABLE,
-                    carries_key=tier is not Tier.BLIND, verify_interval=1.0,
-                    verify_deadline=60.0)  # fmt: skip
+    return Declared(
+        tier,
+        consistency_window=0.0,
+        queryable=tier is Tier.RECONCILABLE,
+        carries_key=tier is not Tier.BLIND,
+        verify_interval=1.0,
+        verify_deadline=60.0,
+    )
 
 
 def in_flight(
-    ledger: Ledger, aid: str = "a-1", *, tier: Tier = Tier.PARTIAL, provider: str = "p",
+    ledger: Ledger,
+    aid: str = "a-1",
+    *,
+    tier: Tier = Tier.PARTIAL,
+    provider: str = "p",
     now: datetime = T0,
-) -> tuple[ActionRecord, policy.Claim]:  # fmt: skip
+) -> tuple[ActionRecord, policy.Claim]:
     """A record claimed and sent, its reply not written yet."""
     d = declared(tier)
-    rec = policy.new_record(action_id=aid, provider=provider, operation="send", params={"n": aid},
-                            declared=d, now=now)  # fmt: skip
+    rec = policy.new_record(
+        action_id=aid, provider=provider, operation="send", params={"n": aid}, declared=d, now=now
+    )
     taken = policy.claim(rec, d, now, actor="test", grace=30.0, default_backoff=0.05)
     claimed, _ = ledger.record_and_claim(rec, actor="test", claim=taken.move)
     return claimed, taken
 
 
 def answer(
-    ledger: Ledger, rec: ActionRecord, taken: policy.Claim, *, object_id: str | None = "obj-1",
-    verdict: policy.Verdict = policy.Verdict.ACCEPTED, code: int = 202, now: datetime = T0,
-) -> ActionRecord:  # fmt: skip
+    ledger: Ledger,
+    rec: ActionRecord,
+    taken: policy.Claim,
+    *,
+    object_id: str | None = "obj-1",
+    verdict: policy.Verdict = policy.Verdict.ACCEPTED,
+    code: int = 202,
+    now: datetime = T0,
+) -> ActionRecord:
     """Write the dispatcher's outcome for ``rec`` (a reply carrying ``object_id``)."""
     wire = WireResult(Wire.ANSWERED, status_code=code, object_id=object_id)
-    move = policy.outcome(rec, rec.declared or declared(rec.tier), verdict, wire, now,
-                          owner=taken.owner, actor="test", tries=[])  # fmt: skip
+    move = policy.outcome(
+        rec,
+        rec.declared or declared(rec.tier),
+        verdict,
+        wire,
+        now,
+        owner=taken.owner,
+        actor="test",
+        tries=[],
+    )
     written = ledger.move(move)
     assert written is not None
     return written
 
 
-def sent(ledger: Ledger, aid: str = "a-1", *, object_id: str | None = "obj-1",
-         tier: Tier = Tier.PARTIAL, provider: str = "p") -> ActionRecord:  # fmt: skip
+def sent(
+    ledger: Ledger,
+    aid: str = "a-1",
+    *,
+    object_id: str | None = "obj-1",
+    tier: Tier = Tier.PARTIAL,
+    provider: str = "p",
+) -> ActionRecord:
     """A record sent and answered (AWAITING_VERIFICATION for partial/reconcilable)."""
     rec, taken = in_flight(ledger, aid, tier=tier, provider=provider)
     return answer(ledger, rec, taken, object_id=object_id)
@@ -94,13 +133,18 @@ def snapshot(ledger: Ledger, *ids: str) -> Any:
 # -- signing, as each sender does ------------------------------------------------------------
 
 
-def std_headers(body: bytes, *, msg_id: str = "msg_1", ts: datetime = T0,
-                secret: str = STD_SECRET) -> dict[str, str]:  # fmt: skip
+def std_headers(
+    body: bytes, *, msg_id: str = "msg_1", ts: datetime = T0, secret: str = STD_SECRET
+) -> dict[str, str]:
     from standardwebhooks.webhooks import Webhook
 
     sig = Webhook(secret).sign(msg_id, ts, body.decode())
-    return {"webhook-id": msg_id, "webhook-timestamp": str(int(ts.timestamp())),
-            "webhook-signature": sig, "content-type": "application/json"}  # fmt: skip
+    return {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(int(ts.timestamp())),
+        "webhook-signature": sig,
+        "content-type": "application/json",
+    }
 
 
 def stripe_headers(body: bytes, secret: str, *, ts: datetime = T0) -> dict[str, str]:
@@ -114,8 +158,12 @@ def stripe_headers(body: bytes, secret: str, *, ts: datetime = T0) -> dict[str, 
 
 def github_headers(body: bytes, secret: str, delivery: str = "d-1") -> dict[str, str]:
     sig = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return {"X-Hub-Signature-256": sig, "X-GitHub-Delivery": delivery, "X-GitHub-Event": "x",
-            "Content-Type": "application/json"}  # fmt: skip
+    return {
+        "X-Hub-Signature-256": sig,
+        "X-GitHub-Delivery": delivery,
+        "X-GitHub-Event": "x",
+        "Content-Type": "application/json",
+    }
 
 
 def twilio_request(
@@ -129,8 +177,14 @@ def twilio_request(
     return headers, urlencode(params).encode()
 
 
-def hmac_headers(body: bytes, secret: str, *, header: str = "X-Signature", prefix: str = "",
-                 encoding: str = "hex") -> dict[str, str]:  # fmt: skip
+def hmac_headers(
+    body: bytes,
+    secret: str,
+    *,
+    header: str = "X-Signature",
+    prefix: str = "",
+    encoding: str = "hex",
+) -> dict[str, str]:
     digest = hmac.new(secret.encode(), body, hashlib.sha256).digest()
     text = digest.hex() if encoding == "hex" else base64.b64encode(digest).decode()
     return {header: prefix + text, "Content-Type": "application/json"}

@@ -186,13 +186,28 @@ def test_a_declared_params_schema_is_enforced() -> None:
 
 def _record(status: Status, **kw: Any) -> ActionRecord:
     base = ActionRecord(
-        action_id="a", provider="p", operation="o", params={}, params_hash="h",
-        tier=Tier.RECONCILABLE, reconciliation_key=None, eligible_at=None,
-        requires_manual_verification=False, attempt=1, idempotency_key="a:1", dispatch_id=None,
-        provider_object_id=None, status=status, delivery=Delivery.PENDING,
-        acceptance=Acceptance.UNKNOWN, dispatched_at=None, confirmed_at=None, confirmed_by=None,
-        created_at="2026-01-01T00:00:00.000000Z", updated_at="2026-01-01T00:00:00.000000Z",
-    )  # fmt: skip
+        action_id="a",
+        provider="p",
+        operation="o",
+        params={},
+        params_hash="h",
+        tier=Tier.RECONCILABLE,
+        reconciliation_key=None,
+        eligible_at=None,
+        requires_manual_verification=False,
+        attempt=1,
+        idempotency_key="a:1",
+        dispatch_id=None,
+        provider_object_id=None,
+        status=status,
+        delivery=Delivery.PENDING,
+        acceptance=Acceptance.UNKNOWN,
+        dispatched_at=None,
+        confirmed_at=None,
+        confirmed_by=None,
+        created_at="2026-01-01T00:00:00.000000Z",
+        updated_at="2026-01-01T00:00:00.000000Z",
+    )
     return replace(base, **kw)
 
 

@@ -51,8 +51,14 @@ class Twilio:
                 self.wfile.write(data)
 
             def _not_found(self) -> None:
-                self._reply(404, {"code": 20404, "status": 404, "message":
-                                  f"The requested resource {self.path} was not found"})  # fmt: skip
+                self._reply(
+                    404,
+                    {
+                        "code": 20404,
+                        "status": 404,
+                        "message": f"The requested resource {self.path} was not found",
+                    },
+                )
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
@@ -95,8 +101,9 @@ def cookbook_config(tmp_path: Path, api: Twilio, **faster: Any) -> Path:
     assert 'base_url = "https://api.twilio.com/2010-04-01/Accounts/${TWILIO_ACCOUNT_SID}"' in toml
     toml = toml.replace("https://api.twilio.com", api.url)
     toml = toml.replace("consistency_window = 10", "consistency_window = 0")
-    toml = toml.replace("verify = { interval = 15, deadline = 7200 }",
-                        "verify = { interval = 0.1, deadline = 30 }")  # fmt: skip
+    toml = toml.replace(
+        "verify = { interval = 15, deadline = 7200 }", "verify = { interval = 0.1, deadline = 30 }"
+    )
     path = tmp_path / "settled.toml"
     path.write_text(toml)
     return path
@@ -107,8 +114,17 @@ PARAMS = {"to": "+15558675310", "from": "+15017122661", "body": "Your code is 12
 
 
 def send(aid: str, params: dict[str, Any], env: dict[str, str]) -> Any:
-    return run_cli("dispatch", "twilio", "sms", "--action-id", aid, "--params",
-                   json.dumps(params), "--json", env=env)  # fmt: skip
+    return run_cli(
+        "dispatch",
+        "twilio",
+        "sms",
+        "--action-id",
+        aid,
+        "--params",
+        json.dumps(params),
+        "--json",
+        env=env,
+    )
 
 
 def test_the_account_is_read_from_the_environment_sent_and_never_stored(
@@ -176,8 +192,10 @@ def test_a_variable_in_a_path_is_refused_with_a_pointer_to_base_url() -> None:
 
 @pytest.mark.ledger_incidental
 def test_a_bad_url_from_the_environment_is_refused_without_showing_the_value() -> None:
-    conf = {"base_url": "${API_BASE}", "operations": {"s": {"tier": "full",
-                                                             "request": {"path": "/m"}}}}  # fmt: skip
+    conf = {
+        "base_url": "${API_BASE}",
+        "operations": {"s": {"tier": "full", "request": {"path": "/m"}}},
+    }
     with pytest.raises(ConfigError) as err:
         HttpProvider("x", conf, httpx.Client(), {"API_BASE": "ftp://secret-host-42/"})
     assert "${API_BASE}" in str(err.value) and "secret-host-42" not in str(err.value)
@@ -188,8 +206,11 @@ def test_a_bad_url_from_the_environment_is_refused_without_showing_the_value() -
 
 @pytest.mark.ledger_incidental
 def test_a_caldav_url_takes_a_variable_too() -> None:
-    conf = {"url": "https://cal.example.com/${CAL_USER}/work/", "username": "${CAL_USER}",
-            "password": "${CAL_PASSWORD}"}  # fmt: skip
+    conf = {
+        "url": "https://cal.example.com/${CAL_USER}/work/",
+        "username": "${CAL_USER}",
+        "password": "${CAL_PASSWORD}",
+    }
     env = {"CAL_USER": "alice-4f2c", "CAL_PASSWORD": "pw-9a7b"}
     p = CalDavProvider("cal", conf, httpx.Client(), env)
     assert p._url == "https://cal.example.com/alice-4f2c/work/"

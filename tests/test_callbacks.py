@@ -32,10 +32,17 @@ from settled.storage import Ledger, Move
 
 ENV = {"HM": "hmac-secret"}
 TABLE: dict[str, Any] = {
-    "scheme": "hmac-sha256", "secret": "${HM}", "header": "X-Signature",
-    "names": "provider_object_id", "key": "/id", "status": "/event", "event_id": "/eid",
-    "applied": ["delivered"], "not_applied": ["bounced", "failed"], "delivered": ["sent"],
-}  # fmt: skip
+    "scheme": "hmac-sha256",
+    "secret": "${HM}",
+    "header": "X-Signature",
+    "names": "provider_object_id",
+    "key": "/id",
+    "status": "/event",
+    "event_id": "/eid",
+    "applied": ["delivered"],
+    "not_applied": ["bounced", "failed"],
+    "delivered": ["sent"],
+}
 
 
 def post(h: Any, **fields: Any) -> Any:
@@ -49,10 +56,17 @@ def test_applied_settles_a_partial_action_confirmed_by_callback(ledger: Ledger) 
     assert post(h, id="m-1", event="delivered", eid="e-1").reason == "matched"
     rec = ledger.get("a-1")
     assert (rec.status, rec.confirmed_by, rec.acceptance.value) == (
-        Status.CONFIRMED, "callback:p", "ACCEPTED")  # fmt: skip
+        Status.CONFIRMED,
+        "callback:p",
+        "ACCEPTED",
+    )
     event = ledger.events("a-1")[-1]
     assert (event.kind, event.actor, event.from_status, event.to_status) == (
-        "callback", "callback:p", "AWAITING_VERIFICATION", "CONFIRMED")  # fmt: skip
+        "callback",
+        "callback:p",
+        "AWAITING_VERIFICATION",
+        "CONFIRMED",
+    )
     detail = event.detail
     assert {k: detail[k] for k in ("scheme", "event_id", "status", "reported")} == {
         "scheme": "hmac-sha256",
@@ -75,11 +89,21 @@ def test_applied_settles_a_blind_action_named_by_its_id(ledger: Ledger) -> None:
 def test_delivered_moves_nothing_past_the_tier(ledger: Ledger) -> None:
     sent(ledger, "a-1", object_id="m-1", tier=Tier.PARTIAL)
     rec, _taken = in_flight(ledger, "a-2", tier=Tier.PARTIAL)
-    expired = policy.expire(rec, rec.declared, T0 + timedelta(seconds=99), actor="t", problem="",
-                            recheck=1.0)  # fmt: skip
+    expired = policy.expire(
+        rec, rec.declared, T0 + timedelta(seconds=99), actor="t", problem="", recheck=1.0
+    )
     assert ledger.move(expired) is not None  # the dispatcher was lost: delivery unknown
-    ledger.move(Move("a-2", Status.DENIED_UNRESOLVED, Status.DENIED_UNRESOLVED, to_text(T0),
-                     "t", None, values={"provider_object_id": "m-2"}))  # fmt: skip
+    ledger.move(
+        Move(
+            "a-2",
+            Status.DENIED_UNRESOLVED,
+            Status.DENIED_UNRESOLVED,
+            to_text(T0),
+            "t",
+            None,
+            values={"provider_object_id": "m-2"},
+        )
+    )
     h, _ = hooks(ledger, ENV, **TABLE)
     assert post(h, id="m-1", event="sent", eid="e-1").reason == "matched"
     assert post(h, id="m-2", event="sent", eid="e-2").reason == "matched"
@@ -123,7 +147,8 @@ def test_a_callback_that_contradicts_a_settled_status_is_flagged(ledger: Ledger)
     post(h, id="m-2", event="delivered", eid="e-4")
     one, two = ledger.get("a-1"), ledger.get("a-2")
     assert one.status is Status.CONFIRMED and "although the effect was observed" in (
-        one.contradiction or "")  # fmt: skip
+        one.contradiction or ""
+    )
     assert two.status is Status.FAILED and "before any retry" in (two.contradiction or "")
     from settled.storage import Selection
 
@@ -170,7 +195,8 @@ def test_a_pending_callback_never_matches_the_wrong_record(ledger: Ledger) -> No
     written = answer(ledger, rec, taken, object_id="m-3")
     assert ledger.match_callbacks(written, policy.callback, now=T0) == []
     assert [ledger.get(a).status for a in ("a-1", "a-2", "a-3")] == [
-        Status.AWAITING_VERIFICATION] * 3  # fmt: skip
+        Status.AWAITING_VERIFICATION
+    ] * 3
     assert ledger.callback_figures()["p"].pending == 2
 
 
@@ -184,8 +210,9 @@ def test_a_callback_about_an_earlier_attempt_is_flagged_not_applied(ledger: Ledg
     assert failed.status is Status.FAILED  # written by a dispatcher that did not match
     reopened = ledger.move(policy.reopen(failed, failed.declared, T0, actor="t"))
     assert reopened is not None and reopened.attempt == 2
-    claim = policy.claim(reopened, reopened.declared, T0, actor="t", grace=1.0,
-                         default_backoff=0.05)  # fmt: skip
+    claim = policy.claim(
+        reopened, reopened.declared, T0, actor="t", grace=1.0, default_backoff=0.05
+    )
     assert ledger.move(claim.move) is not None
     sweep = ledger.sweep_callbacks(policy.callback, now=T0 + timedelta(seconds=10), size=10)
     assert len(sweep.matched) == 1
@@ -197,8 +224,17 @@ def test_a_callback_about_an_earlier_attempt_is_flagged_not_applied(ledger: Ledg
 def test_a_callback_for_an_action_never_sent_moves_nothing(ledger: Ledger) -> None:
     from hookkit import declared
 
-    ledger.record(policy.new_record(action_id="a-1", provider="p", operation="send", params={},
-                                    declared=declared(Tier.PARTIAL), now=T0), actor="t")  # fmt: skip
+    ledger.record(
+        policy.new_record(
+            action_id="a-1",
+            provider="p",
+            operation="send",
+            params={},
+            declared=declared(Tier.PARTIAL),
+            now=T0,
+        ),
+        actor="t",
+    )
     h, _ = hooks(ledger, ENV, **{**TABLE, "names": "action_id", "key": "/action"})
     assert post(h, action="a-1", event="delivered", eid="e-1").reason == "matched"
     rec = ledger.get("a-1")
@@ -231,8 +267,9 @@ def test_a_pass_matches_what_the_dispatcher_did_not(ledger: Ledger) -> None:
 
     seen: list[Any] = []
     with Registry({}) as reg:
-        r = Reconciler(ledger, reg, clock=FakeClock(T0 + timedelta(seconds=5)),
-                       on_change=seen.append)  # fmt: skip
+        r = Reconciler(
+            ledger, reg, clock=FakeClock(T0 + timedelta(seconds=5)), on_change=seen.append
+        )
         report = r.run_due()
     assert [(c.kind, c.to_status) for c in report.changes] == [("callback", "CONFIRMED")]
     assert [c.kind for c in seen] == ["callback"]
@@ -286,10 +323,16 @@ def test_refused_requests_change_nothing(ledger: Ledger) -> None:
         h.handle("p", "POST", {}, good),
     ]
     assert [(a.status, a.reason) for a in answers] == [
-        (404, "unknown_provider"), (405, "method"), (413, "too_large"), (400, "malformed"),
-        (400, "malformed"), (400, "malformed"), (400, "malformed"), (400, "malformed"),
+        (404, "unknown_provider"),
+        (405, "method"),
+        (413, "too_large"),
+        (400, "malformed"),
+        (400, "malformed"),
+        (400, "malformed"),
+        (400, "malformed"),
+        (400, "malformed"),
         (401, "bad_signature"),
-    ]  # fmt: skip
+    ]
     assert all("m-1" not in json.dumps(a.body) for a in answers)  # no body echoed back
     assert snapshot(ledger, "a-1") == before
 

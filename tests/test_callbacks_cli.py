@@ -19,10 +19,16 @@ from settled.storage import Ledger
 
 ENV = {"HM": "hmac-secret"}
 TABLE: dict[str, Any] = {
-    "scheme": "hmac-sha256", "secret": "${HM}", "header": "X-Signature",
-    "names": "provider_object_id", "key": "/id", "status": "/event",
-    "applied": ["delivered"], "not_applied": ["bounced"], "delivered": ["sent"],
-}  # fmt: skip
+    "scheme": "hmac-sha256",
+    "secret": "${HM}",
+    "header": "X-Signature",
+    "names": "provider_object_id",
+    "key": "/id",
+    "status": "/event",
+    "applied": ["delivered"],
+    "not_applied": ["bounced"],
+    "delivered": ["sent"],
+}
 
 
 def post(h: Any, payload: bytes) -> Any:
@@ -57,9 +63,14 @@ def test_show_and_audit_speak_of_callbacks(configured: Path, ledger: Ledger) -> 
 
     audit = run_cli("providers", "audit", "--json")
     report = json.loads(audit.stdout)
-    assert report["callbacks"]["sim"] == {"scheme": "hmac-sha256", "weaker": False, "matched": 1,
-                                          "pending": 2, "expired": 0,
-                                          "oldest_pending": report["callbacks"]["sim"]["oldest_pending"]}  # fmt: skip
+    assert report["callbacks"]["sim"] == {
+        "scheme": "hmac-sha256",
+        "weaker": False,
+        "matched": 1,
+        "pending": 2,
+        "expired": 0,
+        "oldest_pending": report["callbacks"]["sim"]["oldest_pending"],
+    }
     ops = {o["operation"]: o for o in report["operations"]}
     assert (
         "settled by signed callbacks once its reply's object id is recorded"
@@ -73,8 +84,14 @@ def test_show_and_audit_speak_of_callbacks(configured: Path, ledger: Ledger) -> 
 
 
 def test_the_token_scheme_is_named_weaker(tmp_path: Path, sim: SimServer, ledger: Ledger) -> None:
-    token = {"scheme": "token", "secret": "${TOK}", "names": "action_id", "key": "/a",
-             "status": "/s", "applied": ["done"]}  # fmt: skip
+    token = {
+        "scheme": "token",
+        "secret": "${TOK}",
+        "names": "action_id",
+        "key": "/a",
+        "status": "/s",
+        "applied": ["done"],
+    }
     write_config(tmp_path / "settled.toml", {"sim": {**sim_conf(sim), "callbacks": token}})
     report = json.loads(run_cli("providers", "audit", "--json").stdout)
     assert report["callbacks"]["sim"]["weaker"] is True
@@ -125,8 +142,10 @@ def test_a_hostile_callback_body_is_data(
             assert len(e["detail"]["status"]) <= 200
             assert e["detail"]["status"] in (
                 "[bold red]delivered[/] \x1b[31m<script>x</script>",
-                "\u202edereviled\u202c", "(a huge number)", "Infinity",
-            )  # fmt: skip
+                "\u202edereviled\u202c",
+                "(a huge number)",
+                "Infinity",
+            )
     if name == "markup":
         assert "[bold red]delivered[/]" in shown.stdout and "\\x1b" in shown.stdout
     if name == "bidi":

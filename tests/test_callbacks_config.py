@@ -16,23 +16,36 @@ from settled.errors import ConfigError
 from settled.providers import Registry
 
 GOOD: dict[str, Any] = {
-    "scheme": "twilio", "secret": "${TWILIO_AUTH_TOKEN}", "url": "https://h.example/hooks/sms",
-    "names": "provider_object_id", "key": "MessageSid", "status": "MessageStatus",
-    "applied": ["delivered"], "not_applied": ["undelivered", "failed"], "delivered": ["sent"],
-}  # fmt: skip
+    "scheme": "twilio",
+    "secret": "${TWILIO_AUTH_TOKEN}",
+    "url": "https://h.example/hooks/sms",
+    "names": "provider_object_id",
+    "key": "MessageSid",
+    "status": "MessageStatus",
+    "applied": ["delivered"],
+    "not_applied": ["undelivered", "failed"],
+    "delivered": ["sent"],
+}
 TYPES = {
     "sim": {"type": "sim", "base_url": "http://127.0.0.1:9"},
-    "http": {"type": "http", "base_url": "https://api.example.com",
-             "operations": {"send": {"tier": "partial",
-                                     "request": {"method": "POST", "path": "/m"}}}},
-    "caldav": {"type": "caldav", "url": "http://127.0.0.1:9/cal/", "username": "u",
-               "password": "p"},
-}  # fmt: skip
+    "http": {
+        "type": "http",
+        "base_url": "https://api.example.com",
+        "operations": {"send": {"tier": "partial", "request": {"method": "POST", "path": "/m"}}},
+    },
+    "caldav": {
+        "type": "caldav",
+        "url": "http://127.0.0.1:9/cal/",
+        "username": "u",
+        "password": "p",
+    },
+}
 
 
 def load(table: Any, kind: str = "sim") -> config.Config:
-    return config.from_dict({"providers": {"sms": {**TYPES[kind], "callbacks": table}}},
-                            source="settled.toml")  # fmt: skip
+    return config.from_dict(
+        {"providers": {"sms": {**TYPES[kind], "callbacks": table}}}, source="settled.toml"
+    )
 
 
 @pytest.mark.parametrize("kind", sorted(TYPES))
@@ -40,7 +53,11 @@ def test_every_provider_type_takes_callbacks_and_never_sees_them(kind: str) -> N
     cfg = load(GOOD, kind)
     cb = cfg.callbacks["sms"]
     assert (cb.scheme, cb.names, cb.key.text, cb.status.text) == (
-        "twilio", "provider_object_id", "MessageSid", "MessageStatus")  # fmt: skip
+        "twilio",
+        "provider_object_id",
+        "MessageSid",
+        "MessageStatus",
+    )
     assert "callbacks" not in cfg.providers["sms"]
     with Registry(cfg.providers, source="settled.toml") as reg:
         reg.load_all()  # the type's own checks would refuse an unknown key
@@ -112,8 +129,14 @@ def test_each_mistake_names_the_file_the_key_and_the_fix(
 
 
 def test_scheme_specific_keys() -> None:
-    hmac_table = {"scheme": "hmac-sha256", "secret": "${S}", "names": "action_id",
-                  "key": "/ref", "status": "/state", "applied": ["ok"]}  # fmt: skip
+    hmac_table = {
+        "scheme": "hmac-sha256",
+        "secret": "${S}",
+        "names": "action_id",
+        "key": "/ref",
+        "status": "/state",
+        "applied": ["ok"],
+    }
     with pytest.raises(ConfigError, match=r"callbacks\.header: missing or not a header name"):
         load(hmac_table)
     with pytest.raises(ConfigError, match=r"callbacks\.encoding: 'hexadecimal'"):
@@ -135,8 +158,9 @@ def test_scheme_specific_keys() -> None:
 
 
 def test_a_bad_callbacks_table_stops_a_command_with_one_line(tmp_path: Path) -> None:
-    write_config(tmp_path / "settled.toml",
-                 {"sms": {**TYPES["sim"], "callbacks": {**GOOD, "scheme": "md5"}}})  # fmt: skip
+    write_config(
+        tmp_path / "settled.toml", {"sms": {**TYPES["sim"], "callbacks": {**GOOD, "scheme": "md5"}}}
+    )
     p = run_cli("providers", env={"SETTLED_CONFIG": str(tmp_path / "settled.toml")})
     assert p.returncode == 1
     assert p.stderr.count("\n") == 1 and "providers.sms.callbacks.scheme" in p.stderr

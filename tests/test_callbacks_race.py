@@ -31,9 +31,15 @@ SECRET = "whsec_" + "c2V0dGxlZC1zaW0tY2FsbGJhY2stc2VjcmV0"  # base64 of a test s
 WAIT = 60.0  # s: a generous bound for a loaded machine
 RACES = 4  # rounds of (after, before, both), times SETTLED_TEST_BUDGET
 
-STD = {"scheme": "standard-webhooks", "secret": "${SIM_HOOK_SECRET}",
-       "names": "provider_object_id", "key": "/data/id", "status": "/data/status",
-       "applied": ["applied", "delivered"], "not_applied": ["bounced"]}  # fmt: skip
+STD = {
+    "scheme": "standard-webhooks",
+    "secret": "${SIM_HOOK_SECRET}",
+    "names": "provider_object_id",
+    "key": "/data/id",
+    "status": "/data/status",
+    "applied": ["applied", "delivered"],
+    "not_applied": ["bounced"],
+}
 
 
 def free_port() -> int:
@@ -62,15 +68,19 @@ def env() -> dict[str, str]:
     return {"SIM_HOOK_SECRET": SECRET}
 
 
-def start(tmp_path: Path, sim: SimServer, table: dict[str, Any], env: dict[str, str],
-          *, when: str) -> Iterator[Running]:  # fmt: skip
+def start(
+    tmp_path: Path, sim: SimServer, table: dict[str, Any], env: dict[str, str], *, when: str
+) -> Iterator[Running]:
     """``settled serve`` receiving the sim's callbacks at ``/hooks/sim``, signed with the
     secret the config names; the sim set to call back there."""
     port = free_port()  # the twilio scheme signs the hook's URL: it is known before start
     hook = f"http://127.0.0.1:{port}/hooks/sim"
     table = {**table, **({"url": hook} if table["scheme"] == "twilio" else {})}
-    write_config(tmp_path / "settled.toml", {"sim": {**sim_conf(sim), "callbacks": table}},
-                 dispatch={"lease_grace": 0.3})  # fmt: skip
+    write_config(
+        tmp_path / "settled.toml",
+        {"sim": {**sim_conf(sim), "callbacks": table}},
+        dispatch={"lease_grace": 0.3},
+    )
     with process(env=env, listen=f"127.0.0.1:{port}") as svc:
         assert svc.url == f"http://127.0.0.1:{port}"
         sim.callbacks = CallbackPlan(hook, table["scheme"], env["SIM_HOOK_SECRET"], when)
@@ -106,8 +116,17 @@ def test_a_callback_kept_while_the_dispatcher_is_paused_after_the_reply(
     and writes its outcome, the kept callback is matched at once."""
     for n in range(4):
         aid = f"paused-{n}"
-        proc = popen_cli("dispatch", "sim", "deliver", "--params", json.dumps({"n": n}),
-                         "--action-id", aid, "--json", pause_at="after_reply")  # fmt: skip
+        proc = popen_cli(
+            "dispatch",
+            "sim",
+            "deliver",
+            "--params",
+            json.dumps({"n": n}),
+            "--action-id",
+            aid,
+            "--json",
+            pause_at="after_reply",
+        )
         try:
             wait_for(lambda p=proc: stopped(p.pid))
             sent = sim.callbacks_for(aid)
@@ -136,27 +155,46 @@ def test_callbacks_racing_the_outcome(std_hooks: Running, sim: SimServer, db_pat
     for n, when in enumerate(order):
         aid = f"race-{n}"
         sim.plan_callback(aid, when)
-        proc = popen_cli("dispatch", "sim", "send" if n % 2 else "deliver", "--params",
-                         json.dumps({"n": n}), "--action-id", aid, "--json")  # fmt: skip
+        proc = popen_cli(
+            "dispatch",
+            "sim",
+            "send" if n % 2 else "deliver",
+            "--params",
+            json.dumps({"n": n}),
+            "--action-id",
+            aid,
+            "--json",
+        )
         _, err = proc.communicate(timeout=WAIT)
         assert proc.returncode in (0, 3), err
         expected = 2 if when == "both" else 1
         with Ledger.open(db_path) as led:
             # an "after" callback may still be on its way when the dispatcher exits
             wait_for(lambda a=aid, ld=led: ld.get(a).status is Status.CONFIRMED)
-            wait_for(lambda a=aid, k=expected: len(sim.callbacks_for(a)) == k
-                     and all(c["code"] == 200 for c in sim.callbacks_for(a)))  # fmt: skip
+            wait_for(
+                lambda a=aid, k=expected: (
+                    len(sim.callbacks_for(a)) == k
+                    and all(c["code"] == 200 for c in sim.callbacks_for(a))
+                )
+            )
             settled_as_truth(led, sim, aid)
 
 
 @pytest.fixture
 def twilio_hooks(tmp_path: Path, sim: SimServer, env: dict[str, str]) -> Iterator[Running]:
     # named by settled's key, which the request carried: a lost reply loses no callback
-    table = {"scheme": "twilio", "secret": "${SIM_HOOK_SECRET}", "names": "reconciliation_key",
-             "key": "Key", "status": "MessageStatus", "applied": ["delivered"],
-             "not_applied": ["bounced"]}  # fmt: skip
-    yield from start(tmp_path, sim, table, {**env, "SIM_HOOK_SECRET": "twilio-token"},
-                     when="before")  # fmt: skip
+    table = {
+        "scheme": "twilio",
+        "secret": "${SIM_HOOK_SECRET}",
+        "names": "reconciliation_key",
+        "key": "Key",
+        "status": "MessageStatus",
+        "applied": ["delivered"],
+        "not_applied": ["bounced"],
+    }
+    yield from start(
+        tmp_path, sim, table, {**env, "SIM_HOOK_SECRET": "twilio-token"}, when="before"
+    )
 
 
 def test_a_dispatcher_killed_after_the_reply_is_settled_by_its_callback(
@@ -166,8 +204,9 @@ def test_a_dispatcher_killed_after_the_reply_is_settled_by_its_callback(
     naming the reconciliation key) was kept, bound to the record in flight; when the lease lapses, a pass turns the
     record unresolved and the kept callback settles it there and then."""
     aid = "killed-1"
-    proc = popen_cli("dispatch", "sim", "deliver", "--params", "{}", "--action-id", aid,
-                     crash_at="after_reply")  # fmt: skip
+    proc = popen_cli(
+        "dispatch", "sim", "deliver", "--params", "{}", "--action-id", aid, crash_at="after_reply"
+    )
     proc.communicate(timeout=WAIT)
     assert proc.returncode == -signal.SIGKILL
     assert [c["code"] for c in sim.callbacks_for(aid)] == [200]

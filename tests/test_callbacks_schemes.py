@@ -30,11 +30,24 @@ from hookkit import (
 from settled.model import Status
 from settled.storage import Ledger
 
-STD = {"scheme": "standard-webhooks", "secret": "${STD}", "names": "provider_object_id",
-       "key": "/data/id", "status": "/data/status", "applied": ["delivered"],
-       "not_applied": ["failed"], "delivered": ["sent"]}  # fmt: skip
-ENV = {"STD": STD_SECRET, "STRIPE": "whsec_test_secret_123", "GH": "It's a Secret to Everybody",
-       "TW": "twilio-auth-token", "HM": "hmac-secret", "TOK": "tok-3f9a"}  # fmt: skip
+STD = {
+    "scheme": "standard-webhooks",
+    "secret": "${STD}",
+    "names": "provider_object_id",
+    "key": "/data/id",
+    "status": "/data/status",
+    "applied": ["delivered"],
+    "not_applied": ["failed"],
+    "delivered": ["sent"],
+}
+ENV = {
+    "STD": STD_SECRET,
+    "STRIPE": "whsec_test_secret_123",
+    "GH": "It's a Secret to Everybody",
+    "TW": "twilio-auth-token",
+    "HM": "hmac-secret",
+    "TOK": "tok-3f9a",
+}
 
 
 # -- standard webhooks -------------------------------------------------------------------------
@@ -45,17 +58,25 @@ def test_standard_webhooks_spec_vector_verifies(ledger: Ledger) -> None:
     package makes, and a body signed so is accepted."""
     ts = datetime.fromtimestamp(1614265330, UTC)
     payload = b'{"test": 2432232314}'
-    headers = {"webhook-id": "msg_p5jXN8AQM9LWM0D4loKWxJek", "webhook-timestamp": "1614265330",
-               "webhook-signature": "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=",
-               "content-type": "application/json"}  # fmt: skip
-    assert std_headers(payload, msg_id="msg_p5jXN8AQM9LWM0D4loKWxJek", ts=ts)[
-        "webhook-signature"] == headers["webhook-signature"]  # fmt: skip
+    headers = {
+        "webhook-id": "msg_p5jXN8AQM9LWM0D4loKWxJek",
+        "webhook-timestamp": "1614265330",
+        "webhook-signature": "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=",
+        "content-type": "application/json",
+    }
+    assert (
+        std_headers(payload, msg_id="msg_p5jXN8AQM9LWM0D4loKWxJek", ts=ts)["webhook-signature"]
+        == headers["webhook-signature"]
+    )
     h, _ = hooks(ledger, ENV, now=ts, **STD)
     got = h.handle("p", "POST", headers, payload)
     assert (got.status, got.reason) == (200, "ignored")  # signed; it names no action of ours
     tampered = h.handle("p", "POST", headers, b'{"test": 2432232315}')
-    assert (tampered.status, tampered.reason, tampered.body) == (401, "bad_signature",
-                                                                 {"error": "unauthorized"})  # fmt: skip
+    assert (tampered.status, tampered.reason, tampered.body) == (
+        401,
+        "bad_signature",
+        {"error": "unauthorized"},
+    )
 
 
 def test_standard_webhooks_settles_and_refuses(ledger: Ledger) -> None:
@@ -64,20 +85,32 @@ def test_standard_webhooks_settles_and_refuses(ledger: Ledger) -> None:
     good = body(type="message.status", data={"id": "msg-9", "status": "delivered"})
     before = snapshot(ledger, "a-1")
     refused = [
-        h.handle("p", "POST", std_headers(good, secret="whsec_" + base64.b64encode(b"other").decode()), good),
+        h.handle(
+            "p",
+            "POST",
+            std_headers(good, secret="whsec_" + base64.b64encode(b"other").decode()),
+            good,
+        ),
         h.handle("p", "POST", std_headers(good), good.replace(b"delivered", b"delivereD")),
         h.handle("p", "POST", std_headers(good, ts=T0 - timedelta(seconds=301)), good),
         h.handle("p", "POST", std_headers(good, ts=T0 + timedelta(seconds=301)), good),
-        h.handle("p", "POST", {k: v for k, v in std_headers(good).items() if k != "webhook-id"}, good),
+        h.handle(
+            "p", "POST", {k: v for k, v in std_headers(good).items() if k != "webhook-id"}, good
+        ),
         h.handle("p", "POST", {"content-type": "application/json"}, good),
         h.handle("p", "POST", {**std_headers(good), "webhook-timestamp": "soon"}, good),
         h.handle("p", "POST", {**std_headers(good), "webhook-signature": "v1,!!!notbase64"}, good),
-    ]  # fmt: skip
+    ]
     assert [(a.status, a.reason) for a in refused] == [
-        (401, "bad_signature"), (401, "bad_signature"), (401, "stale"), (401, "stale"),
-        (401, "bad_signature"), (401, "bad_signature"), (401, "bad_signature"),
         (401, "bad_signature"),
-    ]  # fmt: skip
+        (401, "bad_signature"),
+        (401, "stale"),
+        (401, "stale"),
+        (401, "bad_signature"),
+        (401, "bad_signature"),
+        (401, "bad_signature"),
+        (401, "bad_signature"),
+    ]
     assert all(a.body == {"error": "unauthorized"} for a in refused)
     assert snapshot(ledger, "a-1") == before
     # exactly at the tolerance, in both directions, is fresh
@@ -127,15 +160,26 @@ def test_standard_webhooks_needs_a_secret_it_can_read(ledger: Ledger) -> None:
 
 # -- stripe ------------------------------------------------------------------------------------
 
-STRIPE = {"scheme": "stripe", "secret": "${STRIPE}", "names": "provider_object_id",
-          "key": "/data/object/id", "status": "/data/object/status", "applied": ["succeeded"],
-          "not_applied": ["failed", "canceled"]}  # fmt: skip
+STRIPE = {
+    "scheme": "stripe",
+    "secret": "${STRIPE}",
+    "names": "provider_object_id",
+    "key": "/data/object/id",
+    "status": "/data/object/status",
+    "applied": ["succeeded"],
+    "not_applied": ["failed", "canceled"],
+}
 
 
 def stripe_event(eid: str, refund: str, status: str) -> bytes:
-    return json.dumps({"id": eid, "object": "event", "type": "refund.updated",
-                       "data": {"object": {"id": refund, "object": "refund",
-                                           "status": status}}}).encode()  # fmt: skip
+    return json.dumps(
+        {
+            "id": eid,
+            "object": "event",
+            "type": "refund.updated",
+            "data": {"object": {"id": refund, "object": "refund", "status": status}},
+        }
+    ).encode()
 
 
 def test_stripe_signatures_from_the_sdk(ledger: Ledger) -> None:
@@ -146,27 +190,43 @@ def test_stripe_signatures_from_the_sdk(ledger: Ledger) -> None:
     payload = stripe_event("evt_1", "re_1", "succeeded")
     headers = stripe_headers(payload, ENV["STRIPE"])
     # the SDK itself accepts what we accept
-    assert stripe.WebhookSignature.verify_header(payload.decode(), headers["Stripe-Signature"],
-                                                 ENV["STRIPE"], tolerance=None)  # fmt: skip
+    assert stripe.WebhookSignature.verify_header(
+        payload.decode(), headers["Stripe-Signature"], ENV["STRIPE"], tolerance=None
+    )
     before = snapshot(ledger, "a-1")
     refused = [
         h.handle("p", "POST", stripe_headers(payload, "whsec_wrong"), payload),
         h.handle("p", "POST", headers, payload.replace(b"succeeded", b"succeedeD")),
-        h.handle("p", "POST", stripe_headers(payload, ENV["STRIPE"], ts=T0 - timedelta(seconds=301)), payload),
-        h.handle("p", "POST", stripe_headers(payload, ENV["STRIPE"], ts=T0 + timedelta(seconds=301)), payload),
+        h.handle(
+            "p",
+            "POST",
+            stripe_headers(payload, ENV["STRIPE"], ts=T0 - timedelta(seconds=301)),
+            payload,
+        ),
+        h.handle(
+            "p",
+            "POST",
+            stripe_headers(payload, ENV["STRIPE"], ts=T0 + timedelta(seconds=301)),
+            payload,
+        ),
         h.handle("p", "POST", {"Content-Type": "application/json"}, payload),
         h.handle("p", "POST", {"Stripe-Signature": "v1=abc"}, payload),
-    ]  # fmt: skip
+    ]
     assert [(a.status, a.reason) for a in refused] == [
-        (401, "bad_signature"), (401, "bad_signature"), (401, "stale"), (401, "stale"),
-        (401, "bad_signature"), (401, "bad_signature"),
-    ]  # fmt: skip
+        (401, "bad_signature"),
+        (401, "bad_signature"),
+        (401, "stale"),
+        (401, "stale"),
+        (401, "bad_signature"),
+        (401, "bad_signature"),
+    ]
     assert snapshot(ledger, "a-1") == before
     got = h.handle("p", "POST", headers, payload)
     assert (got.status, got.reason) == (200, "matched")
     assert ledger.get("a-1").status is Status.CONFIRMED
-    dup = h.handle("p", "POST", stripe_headers(payload, ENV["STRIPE"], ts=T0 + timedelta(seconds=60)),
-                   payload)  # fmt: skip
+    dup = h.handle(
+        "p", "POST", stripe_headers(payload, ENV["STRIPE"], ts=T0 + timedelta(seconds=60)), payload
+    )
     assert dup.reason == "duplicate"  # Stripe retries the same event: its id is the dedupe
 
 
@@ -177,8 +237,9 @@ def test_stripe_rotated_secrets_list_several_v1(ledger: Ledger) -> None:
     old = stripe_headers(payload, "whsec_old")["Stripe-Signature"]
     new = stripe_headers(payload, ENV["STRIPE"])["Stripe-Signature"]
     both = f"{old},v1={new.split('v1=')[1]},v0=deadbeef"
-    got = h.handle("p", "POST", {"Stripe-Signature": both, "Content-Type": "application/json"},
-                   payload)  # fmt: skip
+    got = h.handle(
+        "p", "POST", {"Stripe-Signature": both, "Content-Type": "application/json"}, payload
+    )
     assert got.reason == "matched"
     assert ledger.get("a-1").status is Status.FAILED
 
@@ -194,23 +255,37 @@ def test_a_stripe_event_without_its_id_is_malformed(ledger: Ledger) -> None:
 
 # -- github ------------------------------------------------------------------------------------
 
-GITHUB = {"scheme": "github", "secret": "${GH}", "names": "action_id", "key": "/settled_action",
-          "status": "/action", "applied": ["completed"]}  # fmt: skip
+GITHUB = {
+    "scheme": "github",
+    "secret": "${GH}",
+    "names": "action_id",
+    "key": "/settled_action",
+    "status": "/action",
+    "applied": ["completed"],
+}
 
 
 def test_github_documented_vector(ledger: Ledger) -> None:
     """GitHub's docs: secret "It's a Secret to Everybody", payload "Hello, World!"."""
     h, _ = hooks(ledger, ENV, **GITHUB)
     sig = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
-    headers = {"X-Hub-Signature-256": sig, "X-GitHub-Delivery": "72d3162e",
-               "Content-Type": "application/json"}  # fmt: skip
+    headers = {
+        "X-Hub-Signature-256": sig,
+        "X-GitHub-Delivery": "72d3162e",
+        "Content-Type": "application/json",
+    }
     got = h.handle("p", "POST", headers, b"Hello, World!")
     assert (got.status, got.reason) == (400, "malformed")  # signed, and not JSON
-    wrong = h.handle("p", "POST", {**headers, "X-Hub-Signature-256": sig[:-1] + "f"},
-                     b"Hello, World!")  # fmt: skip
+    wrong = h.handle(
+        "p", "POST", {**headers, "X-Hub-Signature-256": sig[:-1] + "f"}, b"Hello, World!"
+    )
     assert (wrong.status, wrong.reason) == (401, "bad_signature")
-    no_delivery = h.handle("p", "POST", {k: v for k, v in headers.items()
-                                         if k != "X-GitHub-Delivery"}, b"Hello, World!")  # fmt: skip
+    no_delivery = h.handle(
+        "p",
+        "POST",
+        {k: v for k, v in headers.items() if k != "X-GitHub-Delivery"},
+        b"Hello, World!",
+    )
     assert no_delivery.status == 401
 
 
@@ -223,8 +298,10 @@ def test_github_json_and_form_deliveries(ledger: Ledger) -> None:
     form = urlencode(
         {"payload": json.dumps({"action": "completed", "settled_action": "a-2"})}
     ).encode()
-    headers = {**github_headers(form, ENV["GH"], "d-2"),
-               "Content-Type": "application/x-www-form-urlencoded"}  # fmt: skip
+    headers = {
+        **github_headers(form, ENV["GH"], "d-2"),
+        "Content-Type": "application/x-www-form-urlencoded",
+    }
     assert h.handle("p", "POST", headers, form).reason == "matched"
     assert [ledger.get(a).status for a in ("a-1", "a-2")] == [Status.CONFIRMED] * 2
     assert h.handle("p", "POST", github_headers(one, ENV["GH"], "d-1"), one).reason == "duplicate"
@@ -232,14 +309,29 @@ def test_github_json_and_form_deliveries(ledger: Ledger) -> None:
 
 # -- twilio ------------------------------------------------------------------------------------
 
-TWILIO = {"scheme": "twilio", "secret": "${TW}", "url": TWILIO_URL, "names": "provider_object_id",
-          "key": "MessageSid", "status": "MessageStatus", "applied": ["delivered", "read"],
-          "not_applied": ["undelivered", "failed"], "delivered": ["sent"]}  # fmt: skip
+TWILIO = {
+    "scheme": "twilio",
+    "secret": "${TW}",
+    "url": TWILIO_URL,
+    "names": "provider_object_id",
+    "key": "MessageSid",
+    "status": "MessageStatus",
+    "applied": ["delivered", "read"],
+    "not_applied": ["undelivered", "failed"],
+    "delivered": ["sent"],
+}
 
 
 def status(sid: str, value: str) -> dict[str, str]:
-    return {"MessageSid": sid, "SmsSid": sid, "MessageStatus": value, "AccountSid": "AC1",
-            "To": "+15558675310", "From": "+15017122661", "ApiVersion": "2010-04-01"}  # fmt: skip
+    return {
+        "MessageSid": sid,
+        "SmsSid": sid,
+        "MessageStatus": value,
+        "AccountSid": "AC1",
+        "To": "+15558675310",
+        "From": "+15017122661",
+        "ApiVersion": "2010-04-01",
+    }
 
 
 def test_twilio_signatures_from_the_sdk(ledger: Ledger) -> None:
@@ -284,8 +376,11 @@ def test_twilio_port_variants_and_sha256(ledger: Ledger) -> None:
     assert got.reason == "matched"
     params = status("SM2", "undelivered")
     sig = RequestValidator(ENV["TW"]).compute_signature(TWILIO_URL, params, "HMAC_SHA256")
-    headers = {**form, "X-Twilio-Signature": sig,
-               "X-Twilio-Webhooks-Signature-Settings": "key=ks_1,algorithm=HMAC_SHA256"}  # fmt: skip
+    headers = {
+        **form,
+        "X-Twilio-Signature": sig,
+        "X-Twilio-Webhooks-Signature-Settings": "key=ks_1,algorithm=HMAC_SHA256",
+    }
     assert h.handle("p", "POST", headers, urlencode(params).encode()).reason == "matched"
     assert ledger.get("a-2").status is Status.FAILED
     odd = {**headers, "X-Twilio-Webhooks-Signature-Settings": "algorithm=HMAC_MD5"}
@@ -327,18 +422,30 @@ def test_twilio_json_body_signed_by_its_hash(ledger: Ledger) -> None:
 @pytest.mark.parametrize(("encoding", "prefix"), [("hex", "sha256="), ("base64", "")])
 def test_hmac_sha256(ledger: Ledger, encoding: str, prefix: str) -> None:
     sent(ledger, object_id="m-1")
-    table = {"scheme": "hmac-sha256", "secret": "${HM}", "header": "X-Signature",
-             "encoding": encoding, "prefix": prefix, "names": "provider_object_id",
-             "key": "/id", "status": "/event", "event_id": "/event_id",
-             "applied": ["delivered"], "not_applied": ["bounced"]}  # fmt: skip
+    table = {
+        "scheme": "hmac-sha256",
+        "secret": "${HM}",
+        "header": "X-Signature",
+        "encoding": encoding,
+        "prefix": prefix,
+        "names": "provider_object_id",
+        "key": "/id",
+        "status": "/event",
+        "event_id": "/event_id",
+        "applied": ["delivered"],
+        "not_applied": ["bounced"],
+    }
     h, _ = hooks(ledger, ENV, **table)
     payload = body(id="m-1", event="delivered", event_id="e-1")
     good = hmac_headers(payload, ENV["HM"], prefix=prefix, encoding=encoding)
     before = snapshot(ledger, "a-1")
-    for bad in (hmac_headers(payload, "nope", prefix=prefix, encoding=encoding),
-                {"Content-Type": "application/json"},
-                {**good, "X-Signature": "md5=" + good["X-Signature"]} if prefix else
-                {**good, "X-Signature": "***"}):  # fmt: skip
+    for bad in (
+        hmac_headers(payload, "nope", prefix=prefix, encoding=encoding),
+        {"Content-Type": "application/json"},
+        {**good, "X-Signature": "md5=" + good["X-Signature"]}
+        if prefix
+        else {**good, "X-Signature": "***"},
+    ):
         assert h.handle("p", "POST", bad, payload).status == 401
     assert h.handle("p", "POST", good, payload + b"\n").status == 401  # the bytes as sent
     assert snapshot(ledger, "a-1") == before
@@ -349,9 +456,15 @@ def test_hmac_sha256(ledger: Ledger, encoding: str, prefix: str) -> None:
 def test_token_scheme_in_the_query_or_basic_auth(ledger: Ledger) -> None:
     sent(ledger, "a-1", object_id="pm-1")
     sent(ledger, "a-2", object_id="pm-2")
-    table = {"scheme": "token", "secret": "${TOK}", "names": "provider_object_id",
-             "key": "MessageID", "status": "RecordType", "applied": ["Delivery"],
-             "not_applied": ["Bounce"]}  # fmt: skip
+    table = {
+        "scheme": "token",
+        "secret": "${TOK}",
+        "names": "provider_object_id",
+        "key": "MessageID",
+        "status": "RecordType",
+        "applied": ["Delivery"],
+        "not_applied": ["Bounce"],
+    }
     h, _ = hooks(ledger, ENV, **table)
     one = body(MessageID="pm-1", RecordType="Delivery")
     ctype = {"Content-Type": "application/json"}

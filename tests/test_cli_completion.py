@@ -88,12 +88,18 @@ def _load_completion(sh: InteractiveShell, shell: str, script: str, work: Path) 
     if script == "legacy":
         from typer import _completion_shared as typer_scripts
 
-        template = {"bash": typer_scripts.COMPLETION_SCRIPT_BASH,
-                    "zsh": typer_scripts.COMPLETION_SCRIPT_ZSH}[shell]  # fmt: skip
+        template = {
+            "bash": typer_scripts.COMPLETION_SCRIPT_BASH,
+            "zsh": typer_scripts.COMPLETION_SCRIPT_ZSH,
+        }[shell]
         (work / f"comp.{shell}").write_text(
-            template % {"complete_func": "_settled_completion",
-                        "autocomplete_var": "_SETTLED_COMPLETE", "prog_name": "settled"}
-        )  # fmt: skip
+            template
+            % {
+                "complete_func": "_settled_completion",
+                "autocomplete_var": "_SETTLED_COMPLETE",
+                "prog_name": "settled",
+            }
+        )
     else:
         sh.type(f"settled --show-completion > comp.{shell}")
         sh.press("Enter")

@@ -227,10 +227,13 @@ def test_locked_ledger_gives_a_clear_error_and_sends_nothing(
 ) -> None:
     assert run_cli("dispatch", "sim", "book", "--action-id", "l0").returncode == 0
     db = os.environ["SETTLED_DB"]
-    lock = ("import psycopg,sys,time; c=psycopg.connect(sys.argv[1]);"  # a writer mid-transaction
-            "c.execute('LOCK TABLE actions IN EXCLUSIVE MODE');" if rawdb.is_pg(db) else
-            "import sqlite3,sys,time; c=sqlite3.connect(sys.argv[1], isolation_level=None);"
-            "c.execute('BEGIN IMMEDIATE');")  # fmt: skip
+    lock = (
+        "import psycopg,sys,time; c=psycopg.connect(sys.argv[1]);"  # a writer mid-transaction
+        "c.execute('LOCK TABLE actions IN EXCLUSIVE MODE');"
+        if rawdb.is_pg(db)
+        else "import sqlite3,sys,time; c=sqlite3.connect(sys.argv[1], isolation_level=None);"
+        "c.execute('BEGIN IMMEDIATE');"
+    )
     holder = subprocess.Popen(
         [sys.executable, "-c", lock + "print('locked', flush=True); time.sleep(30)", str(db)],
         stdout=subprocess.PIPE,

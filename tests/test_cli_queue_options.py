@@ -56,8 +56,17 @@ def queue(db_path: Any) -> Any:
         set_fields(led, "mid-lag", delivery="DELIVERED", checks=3)
         set_fields(led, "mid-lag2", checks=5)
         rec = led.get("new-quiet")
-        led.move(Move("new-quiet", rec.status, rec.status, to_text(utcnow()), "t", EventKind.NOTE,
-                      detail={"detail": "X-Upstream: Gateway TIMEOUT", "reason": "late"}))  # fmt: skip
+        led.move(
+            Move(
+                "new-quiet",
+                rec.status,
+                rec.status,
+                to_text(utcnow()),
+                "t",
+                EventKind.NOTE,
+                detail={"detail": "X-Upstream: Gateway TIMEOUT", "reason": "late"},
+            )
+        )
         add(led, "settled", provider="sim", operation="send", status=Status.IN_FLIGHT, age=30)
     return db_path
 
@@ -84,16 +93,26 @@ def test_match_is_text_in_any_case_never_a_pattern(queue: Any) -> None:
 def test_delivery_sort_and_reverse(queue: Any) -> None:
     assert ids("--delivery", "delivered") == ["old-503", "mid-lag"]
     assert ids("--delivery", "UNKNOWN,delivered", "--status", "all") == [
-        "old-503", "old-pct", "mid-lag", "mid-lag2", "new-Reset", "new-quiet",
-    ]  # fmt: skip
+        "old-503",
+        "old-pct",
+        "mid-lag",
+        "mid-lag2",
+        "new-Reset",
+        "new-quiet",
+    ]
     assert ids("--delivery", "PENDING", "--status", "all") == ["settled"]  # claimed by hand
     assert ids("--delivery", "PENDING") == []  # and not unresolved
     assert ids("--sort", "age", "--limit", "2") == ["new-quiet", "new-Reset"]  # the newest
     assert ids("--reverse", "--limit", "2") == ["new-quiet", "new-Reset"]
     assert ids("--sort", "checks", "--reverse", "--limit", "2") == ["mid-lag2", "mid-lag"]
     assert ids("--sort", "provider") == [
-        "new-quiet", "old-503", "old-pct", "mid-lag", "mid-lag2", "new-Reset",
-    ]  # fmt: skip
+        "new-quiet",
+        "old-503",
+        "old-pct",
+        "mid-lag",
+        "mid-lag2",
+        "new-Reset",
+    ]
     assert ids("--sort", "action_id") == sorted(ids())  # code point order: "new-R" < "new-q"
     assert ids("--sort", "status", "--status", "all")[0] == "settled"  # IN_FLIGHT first
     rows = json.loads(run_cli("queue", "--sort", "created_at", "--reverse", "--json").stdout)

@@ -182,11 +182,14 @@ def test_next_names_the_command_with_the_id_shell_quoted(
     failed: list[str], tmp_path: Path, sim: SimServer
 ) -> None:
     sim.plan("given up", "lost_after_accept")
-    dispatched = run_cli("dispatch", "sim", "send", "--action-id", "given up", "--wait",
-                         "--wait-timeout", "30")  # fmt: skip
+    dispatched = run_cli(
+        "dispatch", "sim", "send", "--action-id", "given up", "--wait", "--wait-timeout", "30"
+    )
     assert dispatched.returncode == 4, dispatched.stderr
-    rows = {r["action_id"]: r["next"] for r in json.loads(run_cli("queue", "--status", "all",
-                                                                  "--json").stdout)}  # fmt: skip
+    rows = {
+        r["action_id"]: r["next"]
+        for r in json.loads(run_cli("queue", "--status", "all", "--json").stdout)
+    }
     assert rows["given up"] == "settled reconcile 'given up'"  # a query can still settle it
     assert (
         rows["blind"] == "needs a person: settled resolve blind --applied|--not-applied --reason …"

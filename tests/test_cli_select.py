@@ -154,15 +154,21 @@ def test_reconcile_by_selectors_previews_asks_and_checks(
     rows = [line.split("\t") for line in dry.stdout.splitlines()]
     assert rows[0] == ["action", "status", "age", "operation", "becomes", "why"]
     plan = {r[0]: r[4] for r in rows[1:]}
-    assert plan == {"sim-1": "checked now", "sim-3": "checked now", "sim-5": "checked now",
-                    "blind-1": "(skipped)"}  # fmt: skip
+    assert plan == {
+        "sim-1": "checked now",
+        "sim-3": "checked now",
+        "sim-5": "checked now",
+        "blind-1": "(skipped)",
+    }
     assert "needs a person" in next(r[5] for r in rows if r[0] == "blind-1")
     assert "--dry-run: nothing checked (3 would be)" in dry.stderr
     js = json.loads(run_cli("reconcile", "--provider", "sim", "--dry-run", "--json").stdout)
     assert {(r["action_id"], r["checked"], bool(r["skipped"])) for r in js} == {
-        ("sim-1", False, False), ("sim-3", False, False), ("sim-5", False, False),
+        ("sim-1", False, False),
+        ("sim-3", False, False),
+        ("sim-5", False, False),
         ("blind-1", False, True),
-    }  # fmt: skip
+    }
     refused = run_cli("reconcile", "--provider", "sim")  # no terminal to ask, no --yes
     assert (
         refused.returncode == 1 and "refusing to check 3 action(s) without --yes" in refused.stderr
@@ -174,8 +180,10 @@ def test_reconcile_by_selectors_previews_asks_and_checks(
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert {c["action_id"]: c["to"] for c in report["changes"]} == {
-        "sim-1": "CONFIRMED", "sim-3": "CONFIRMED", "sim-5": "CONFIRMED",
-    }  # fmt: skip
+        "sim-1": "CONFIRMED",
+        "sim-3": "CONFIRMED",
+        "sim-5": "CONFIRMED",
+    }
     assert report["not_checked"] == [
         {"action_id": "blind-1", "why": "needs a person: `settled resolve`"}
     ]
@@ -287,8 +295,10 @@ def test_a_selector_reconcile_runs_its_checks_concurrently(
             d.submit("sim", "send", {"n": i}, action_id=f"c-{i}")
     api = Barrier(4)
     try:
-        write_config(tmp_path / "settled.toml",
-                     {"sim": sim_conf(sim, base_url=api.url, timeout=40.0, verify_deadline=600.0)})  # fmt: skip
+        write_config(
+            tmp_path / "settled.toml",
+            {"sim": sim_conf(sim, base_url=api.url, timeout=40.0, verify_deadline=600.0)},
+        )
         out = run_cli("reconcile", "--provider", "sim", "--yes", "--concurrency", "4", "--json")
         assert out.returncode == 0, out.stderr
         moved = {c["action_id"]: c["to"] for c in json.loads(out.stdout)["changes"]}
@@ -301,8 +311,17 @@ def test_many_ids_on_stdin_with_selectors(unresolved: Ledger, db_path: Any) -> N
     """Thousands of named ids narrowed by selectors: bound in slices, never one
     statement with more values than a database takes."""
     names = [f"x-{i}" for i in range(1500)] + ["m-2", "s-1"]
-    out = run_cli("resolve", "-", "--provider", "mail", "--applied", "--reason", "r",
-                  "--dry-run", input="\n".join(names) + "\n")  # fmt: skip
+    out = run_cli(
+        "resolve",
+        "-",
+        "--provider",
+        "mail",
+        "--applied",
+        "--reason",
+        "r",
+        "--dry-run",
+        input="\n".join(names) + "\n",
+    )
     assert out.returncode == 0, out.stderr
     rows = [line.split("\t") for line in out.stdout.splitlines()[1:]]
     assert len(rows) == 1502

@@ -21,15 +21,33 @@ from settled.model import Status
 def incident(db_path: Any) -> Any:
     with Ledger.open(db_path) as led:
         for i, checks in enumerate((3, 4, 7, 12)):
-            add(led, f"lag-{i}", provider="mail", operation="send", age=600 + 60 * i,
+            add(
+                led,
+                f"lag-{i}",
+                provider="mail",
+                operation="send",
+                age=600 + 60 * i,
                 reason=f"verification budget spent after {checks} check(s); last: not_yet "
-                       f"(nothing at 2026-01-05T10:0{i}:00Z)")  # fmt: skip
+                f"(nothing at 2026-01-05T10:0{i}:00Z)",
+            )
         for i in range(2):
-            add(led, f"5xx-{i}", provider="mail", operation="send", age=120 + i,
-                reason=f"outcome unknown (HTTP 503): retry id r-{i}9f; reconciliation will query")  # fmt: skip
+            add(
+                led,
+                f"5xx-{i}",
+                provider="mail",
+                operation="send",
+                age=120 + i,
+                reason=f"outcome unknown (HTTP 503): retry id r-{i}9f; reconciliation will query",
+            )
         add(led, "blind-1", provider="hooks", operation="notify", age=30)
-        add(led, "odd", provider="hooks", operation="notify", age=20,
-            reason="[red]boom[/] \x1b[2J\u202eevil")  # fmt: skip
+        add(
+            led,
+            "odd",
+            provider="hooks",
+            operation="notify",
+            age=20,
+            reason="[red]boom[/] \x1b[2J\u202eevil",
+        )
         add(led, "done-1", provider="mail", operation="send", status=Status.CONFIRMED, age=5)
         add(led, "flying", provider="mail", operation="send", status=Status.IN_FLIGHT, age=10)
     return db_path
@@ -46,8 +64,14 @@ def test_the_first_screen_counts_groups_and_ages(incident: Any) -> None:
     data = stats()
     assert dump(incident) == before  # only reads
     assert (data["total"], data["open"], data["checks_failing_now"]) == (10, 9, 0)
-    assert data["by_status"] == {"PENDING": 0, "IN_FLIGHT": 1, "AWAITING_VERIFICATION": 0,
-                                 "CONFIRMED": 1, "FAILED": 0, "DENIED_UNRESOLVED": 8}  # fmt: skip
+    assert data["by_status"] == {
+        "PENDING": 0,
+        "IN_FLIGHT": 1,
+        "AWAITING_VERIFICATION": 0,
+        "CONFIRMED": 1,
+        "FAILED": 0,
+        "DENIED_UNRESOLVED": 8,
+    }
     reasons = {r["reason"]: r["count"] for r in data["reasons"]}
     assert (
         reasons["verification budget spent after # check(s); last: not_yet (nothing at <time>)"]

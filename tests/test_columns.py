@@ -24,12 +24,21 @@ PG_TYPES = {"integer": "integer", "boolean": "boolean", "time": "timestamp with 
 
 def _ddl(location: Any) -> list[tuple[str, str]]:
     if rawdb.is_pg(location):
-        return [(str(n), str(t)) for n, t in rawdb.execute(
-            location, "SELECT column_name, data_type FROM information_schema.columns"
-            " WHERE table_schema = current_schema() AND table_name = 'actions'"
-            " ORDER BY ordinal_position")]  # fmt: skip
-    return [(str(n), str(t)) for n, t in rawdb.execute(
-        location, "SELECT name, type FROM pragma_table_info('actions') ORDER BY cid")]  # fmt: skip
+        return [
+            (str(n), str(t))
+            for n, t in rawdb.execute(
+                location,
+                "SELECT column_name, data_type FROM information_schema.columns"
+                " WHERE table_schema = current_schema() AND table_name = 'actions'"
+                " ORDER BY ordinal_position",
+            )
+        ]
+    return [
+        (str(n), str(t))
+        for n, t in rawdb.execute(
+            location, "SELECT name, type FROM pragma_table_info('actions') ORDER BY cid"
+        )
+    ]
 
 
 def test_the_schema_holds_the_tables_columns_on_both_backends(ledger: Ledger, db_path: Any) -> None:
@@ -60,9 +69,14 @@ def test_the_table_is_the_records_fields() -> None:
 def _full_record() -> ActionRecord:
     """A record whose every field holds a value other than its default."""
     now = utcnow()
-    rec = new_record(action_id="a-1", provider="sim", operation="send",
-                     params={"to": "x", "n": [1, 2.5, None], "é": True},
-                     declared=Declared(Tier.RECONCILABLE, key_param="to"), now=now)  # fmt: skip
+    rec = new_record(
+        action_id="a-1",
+        provider="sim",
+        operation="send",
+        params={"to": "x", "n": [1, 2.5, None], "é": True},
+        declared=Declared(Tier.RECONCILABLE, key_param="to"),
+        now=now,
+    )
     at = to_text(now)
     filled = {
         f.name: getattr(rec, f.name) if getattr(rec, f.name) is not None else at
@@ -70,11 +84,21 @@ def _full_record() -> ActionRecord:
         if f.name.endswith("_at") or f.name == "lands_by"
     }
     return replace(
-        rec, **filled, dispatch_id="d", provider_object_id="o", confirmed_by="provider",
-        lease_owner="me", checks=3, counted_checks=2, reason="r", contradiction="c",
-        check_error="e", snapshot={"k": [1]}, status=Status.CONFIRMED,
+        rec,
+        **filled,
+        dispatch_id="d",
+        provider_object_id="o",
+        confirmed_by="provider",
+        lease_owner="me",
+        checks=3,
+        counted_checks=2,
+        reason="r",
+        contradiction="c",
+        check_error="e",
+        snapshot={"k": [1]},
+        status=Status.CONFIRMED,
         requires_manual_verification=True,
-    )  # fmt: skip
+    )
 
 
 def test_a_row_maps_back_to_the_same_record() -> None:
@@ -96,8 +120,12 @@ def test_a_null_column_reads_as_the_fields_default() -> None:
     del row["lands_by"]  # a column an older row never had
     rec = columns.from_row(row)
     assert (rec.checks, rec.counted_checks, rec.snapshot, rec.declared, rec.lands_by) == (
-        0, 0, None, None, None,
-    )  # fmt: skip
+        0,
+        0,
+        None,
+        None,
+        None,
+    )
 
 
 def test_a_stored_record_reads_back_whole_on_both_backends(ledger: Ledger) -> None:
@@ -107,9 +135,16 @@ def test_a_stored_record_reads_back_whole_on_both_backends(ledger: Ledger) -> No
     values = {k: v for k, v in columns.to_row(rec).items() if k in columns.WRITABLE}
     values["status"] = str(Status.IN_FLIGHT)
     moved = ledger.move(
-        Move("a-1", Status.PENDING, Status.IN_FLIGHT, rec.updated_at, "t", EventKind.CLAIMED,
-             values={k: v for k, v in values.items() if k != "status"})
-    )  # fmt: skip
+        Move(
+            "a-1",
+            Status.PENDING,
+            Status.IN_FLIGHT,
+            rec.updated_at,
+            "t",
+            EventKind.CLAIMED,
+            values={k: v for k, v in values.items() if k != "status"},
+        )
+    )
     assert moved is not None
     assert ledger.get("a-1") == moved == replace(rec, status=Status.IN_FLIGHT)
 

@@ -37,19 +37,63 @@ def answering(status: int, body: dict[str, Any]) -> httpx.Client:
 @pytest.mark.parametrize(
     ("status", "body", "start", "done"),
     [
-        (200, {"outcome": "dispatched", "result": "succeeded", "status": "CONFIRMED"}, "Done.", True),
-        (200, {"outcome": "dispatched", "result": "accepted", "status": "AWAITING_VERIFICATION"}, "Sent;", False),
-        (200, {"outcome": "dispatched", "result": "failed", "status": "FAILED", "reason": "card declined"},
-         "It did not go through", False),
-        (200, {"outcome": "dispatched", "result": "unresolved", "status": "DENIED_UNRESOLVED"}, "We don't know", False),
-        (200, {"outcome": "already_completed", "result": "succeeded", "status": "CONFIRMED"}, "Already done.", True),
-        (200, {"outcome": "already_completed", "result": "failed", "status": "FAILED"}, "This already failed", False),
-        (200, {"outcome": "in_progress", "result": None, "status": "IN_FLIGHT"}, "Already on its way", False),
-        (200, {"outcome": "blocked", "result": "unresolved", "status": "DENIED_UNRESOLVED"}, "On hold", False),
+        (
+            200,
+            {"outcome": "dispatched", "result": "succeeded", "status": "CONFIRMED"},
+            "Done.",
+            True,
+        ),
+        (
+            200,
+            {"outcome": "dispatched", "result": "accepted", "status": "AWAITING_VERIFICATION"},
+            "Sent;",
+            False,
+        ),
+        (
+            200,
+            {
+                "outcome": "dispatched",
+                "result": "failed",
+                "status": "FAILED",
+                "reason": "card declined",
+            },
+            "It did not go through",
+            False,
+        ),
+        (
+            200,
+            {"outcome": "dispatched", "result": "unresolved", "status": "DENIED_UNRESOLVED"},
+            "We don't know",
+            False,
+        ),
+        (
+            200,
+            {"outcome": "already_completed", "result": "succeeded", "status": "CONFIRMED"},
+            "Already done.",
+            True,
+        ),
+        (
+            200,
+            {"outcome": "already_completed", "result": "failed", "status": "FAILED"},
+            "This already failed",
+            False,
+        ),
+        (
+            200,
+            {"outcome": "in_progress", "result": None, "status": "IN_FLIGHT"},
+            "Already on its way",
+            False,
+        ),
+        (
+            200,
+            {"outcome": "blocked", "result": "unresolved", "status": "DENIED_UNRESOLVED"},
+            "On hold",
+            False,
+        ),
         (404, {"status": 404, "detail": "no action 'x'"}, "This request no longer exists", False),
         (503, {"status": 503, "detail": "the ledger is busy"}, "Could not confirm now", False),
     ],
-)  # fmt: skip
+)
 def test_every_answer_becomes_what_the_user_is_told(
     status: int, body: dict[str, Any], start: str, done: bool
 ) -> None:
@@ -60,8 +104,14 @@ def test_every_answer_becomes_what_the_user_is_told(
 
 
 def test_the_demo_runs_against_a_real_service_and_books_once() -> None:
-    p = subprocess.run([sys.executable, str(ROOT / "examples" / "confirm_button.py")], capture_output=True,
-                       text=True, timeout=180, cwd=str(ROOT), check=False)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "confirm_button.py")],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=str(ROOT),
+        check=False,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     out = p.stdout
     assert "press Confirm                                -> Done." in out

@@ -40,8 +40,9 @@ def ui(tmp_path: Path, sim: SimServer, monkeypatch: pytest.MonkeyPatch) -> Itera
     for k, v in token_env().items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("SETTLED_TEST_UI_SECRET", UI_SECRET)
-    write_ui_config(tmp_path / "settled.toml", sim, trusted_proxies=["10.9.8.7"],
-                    proxy_roles=["operate"])  # fmt: skip
+    write_ui_config(
+        tmp_path / "settled.toml", sim, trusted_proxies=["10.9.8.7"], proxy_roles=["operate"]
+    )
     with in_process(mcp=False) as (c, lines):
         c.lines = lines
         yield c
@@ -94,8 +95,12 @@ def test_a_page_without_a_session_sends_the_person_to_log_in(ui: Any) -> None:
 def test_a_wrong_token_logs_nobody_in(ui: Any) -> None:
     page = ui.get("/ui/login")
     nonce = re.search(r'name="nonce" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
-    r = ui.post("/ui/login", data={"nonce": nonce, "token": "x" * 20},
-                headers={"Origin": ORIGIN}, follow_redirects=False)  # fmt: skip
+    r = ui.post(
+        "/ui/login",
+        data={"nonce": nonce, "token": "x" * 20},
+        headers={"Origin": ORIGIN},
+        follow_redirects=False,
+    )
     assert r.status_code == 401 and "not valid" in r.text
     assert "set-cookie" not in r.headers
     assert "x" * 20 not in r.text  # the token is never echoed
@@ -131,8 +136,12 @@ def test_the_cookie_is_secure_behind_tls(
         with TestClient(build(service, mcp=False), base_url=f"https://127.0.0.1:{PORT}") as c:
             page = c.get("/ui/login")
             nonce = re.search(r'name="nonce" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
-            r = c.post("/ui/login", data={"nonce": nonce, "token": TOKENS["ops"][0]},
-                       headers={"Origin": f"https://127.0.0.1:{PORT}"}, follow_redirects=False)  # fmt: skip
+            r = c.post(
+                "/ui/login",
+                data={"nonce": nonce, "token": TOKENS["ops"][0]},
+                headers={"Origin": f"https://127.0.0.1:{PORT}"},
+                follow_redirects=False,
+            )
             assert r.status_code == 303 and "Secure" in r.headers["set-cookie"]
     finally:
         service.close()
@@ -160,10 +169,17 @@ def test_the_proxy_header_is_honoured_only_from_a_trusted_address(ui: Any, db_pa
         assert page.status_code == 200 and 'data-testid="person">carol@example.com<' in page.text
         stuck(db_path, "p-1")
         action = proxied.get(aid_url("p-1"), headers={"X-Forwarded-User": "carol@example.com"})
-        r = proxied.post(aid_url("p-1"), data={"csrf": csrf_of(action.text), "do": "resolve",
-                         "verdict": "applied", "reason": "saw it"},
-                         headers={"X-Forwarded-User": "carol@example.com", "Origin": ORIGIN},
-                         follow_redirects=False)  # fmt: skip
+        r = proxied.post(
+            aid_url("p-1"),
+            data={
+                "csrf": csrf_of(action.text),
+                "do": "resolve",
+                "verdict": "applied",
+                "reason": "saw it",
+            },
+            headers={"X-Forwarded-User": "carol@example.com", "Origin": ORIGIN},
+            follow_redirects=False,
+        )
         assert r.status_code == 303, r.text
         rec, events = record(db_path, "p-1")
         assert rec.status is Status.CONFIRMED
@@ -230,8 +246,17 @@ def test_resolve_with_evidence_names_the_person_and_the_session(ui: Any, db_path
     stuck(db_path, "r-1")
     login(ui, "ops", "alice")
     page = ui.get(aid_url("r-1"))
-    r = post(ui, aid_url("r-1"), {"csrf": csrf_of(page.text), "do": "resolve",
-             "verdict": "applied", "reason": "customer replied", "evidence": "ticket 991"})  # fmt: skip
+    r = post(
+        ui,
+        aid_url("r-1"),
+        {
+            "csrf": csrf_of(page.text),
+            "do": "resolve",
+            "verdict": "applied",
+            "reason": "customer replied",
+            "evidence": "ticket 991",
+        },
+    )
     assert r.status_code == 303 and r.headers["location"] == aid_url("r-1") + "?did=resolved"
     rec, events = record(db_path, "r-1")
     assert rec.status is Status.CONFIRMED
@@ -245,22 +270,41 @@ def test_not_applied_on_a_visible_effect_is_refused_by_the_check(
     ui: Any, db_path: Any, sim: SimServer
 ) -> None:
     sim.plan("seen-1", "timeout_after_apply")
-    r = ui.post("/api/v1/actions", json={"provider": "sim", "operation": "book",
-                "action_id": "seen-1", "params": {}}, headers=auth("app"))  # fmt: skip
+    r = ui.post(
+        "/api/v1/actions",
+        json={"provider": "sim", "operation": "book", "action_id": "seen-1", "params": {}},
+        headers=auth("app"),
+    )
     assert r.json()["status"] == "DENIED_UNRESOLVED", r.text
     login(ui)
     page = ui.get(aid_url("seen-1"))
-    r = post(ui, aid_url("seen-1"), {"csrf": csrf_of(page.text), "do": "resolve",
-             "verdict": "not_applied", "reason": "never arrived"})  # fmt: skip
+    r = post(
+        ui,
+        aid_url("seen-1"),
+        {
+            "csrf": csrf_of(page.text),
+            "do": "resolve",
+            "verdict": "not_applied",
+            "reason": "never arrived",
+        },
+    )
     assert r.status_code == 409 and "Refused" in r.text
     rec, _ = record(db_path, "seen-1")
     assert rec.status is Status.CONFIRMED  # settled by what the check saw
 
 
 def test_confirm_sends_a_held_action_once(ui: Any, db_path: Any, sim: SimServer) -> None:
-    r = ui.post("/api/v1/actions", json={"provider": "sim", "operation": "book",
-                "action_id": "held-1", "params": {}, "needs_confirmation": True},
-                headers=auth("app"))  # fmt: skip
+    r = ui.post(
+        "/api/v1/actions",
+        json={
+            "provider": "sim",
+            "operation": "book",
+            "action_id": "held-1",
+            "params": {},
+            "needs_confirmation": True,
+        },
+        headers=auth("app"),
+    )
     assert r.json()["status"] == "PENDING"
     login(ui, "app")
     page = ui.get(aid_url("held-1"))
@@ -277,8 +321,11 @@ def test_retry_opens_a_new_attempt_of_a_failed_action(
     ui: Any, db_path: Any, sim: SimServer
 ) -> None:
     sim.plan("f-1", "reject")
-    r = ui.post("/api/v1/actions", json={"provider": "sim", "operation": "book",
-                "action_id": "f-1", "params": {}}, headers=auth("app"))  # fmt: skip
+    r = ui.post(
+        "/api/v1/actions",
+        json={"provider": "sim", "operation": "book", "action_id": "f-1", "params": {}},
+        headers=auth("app"),
+    )
     assert r.json()["status"] == "FAILED", r.text
     login(ui)
     page = ui.get(aid_url("f-1"))
@@ -359,8 +406,13 @@ def test_bulk_resolve_acts_on_exactly_what_the_preview_showed(ui: Any, db_path: 
         csrf_of(preview.text),
         re.search(r'name="digest" value="([^"]+)"', preview.text).group(1),
     )  # type: ignore[union-attr]
-    form = {"csrf": token, "digest": digest, "do": "resolve_not_applied", "match": "bounced",
-            "reason": "bounce report 991"}  # fmt: skip
+    form = {
+        "csrf": token,
+        "digest": digest,
+        "do": "resolve_not_applied",
+        "match": "bounced",
+        "reason": "bounce report 991",
+    }
     before = dump(db_path)
     wrong = post(ui, "/ui/bulk", {**form, "typed": "2"})
     assert wrong.status_code == 422 and dump(db_path) == before
@@ -438,8 +490,11 @@ def test_bad_console_config_is_one_clear_line(tmp_path: Path, sim: SimServer) ->
 
 def test_check_now_reconciles_one_action(ui: Any, db_path: Any, sim: SimServer) -> None:
     sim.plan("rc-1", "timeout_after_apply")
-    r = ui.post("/api/v1/actions", json={"provider": "sim", "operation": "book",
-                "action_id": "rc-1", "params": {}}, headers=auth("app"))  # fmt: skip
+    r = ui.post(
+        "/api/v1/actions",
+        json={"provider": "sim", "operation": "book", "action_id": "rc-1", "params": {}},
+        headers=auth("app"),
+    )
     assert r.json()["status"] == "DENIED_UNRESOLVED", r.text
     login(ui)
     page = ui.get(aid_url("rc-1"))
@@ -453,16 +508,28 @@ def test_check_now_reconciles_one_action(ui: Any, db_path: Any, sim: SimServer) 
 def test_bulk_retry_of_a_failed_selection(ui: Any, db_path: Any, sim: SimServer) -> None:
     for aid in ("rf-1", "rf-2"):
         sim.plan(aid, "reject")
-        r = ui.post("/api/v1/actions", json={"provider": "sim", "operation": "book",
-                    "action_id": aid, "params": {}}, headers=auth("app"))  # fmt: skip
+        r = ui.post(
+            "/api/v1/actions",
+            json={"provider": "sim", "operation": "book", "action_id": aid, "params": {}},
+            headers=auth("app"),
+        )
         assert r.json()["status"] == "FAILED"
     login(ui)
     q = {"status": "FAILED", "do": "retry"}
     preview = ui.get("/ui/bulk", params=q)
     assert '<span data-testid="bulk-count">2</span>' in preview.text and "attempt 2" in preview.text
     digest = re.search(r'name="digest" value="([^"]+)"', preview.text).group(1)  # type: ignore[union-attr]
-    done = post(ui, "/ui/bulk", {"csrf": csrf_of(preview.text), "digest": digest, "do": "retry",
-                                 "status": "FAILED", "typed": "2"})  # fmt: skip
+    done = post(
+        ui,
+        "/ui/bulk",
+        {
+            "csrf": csrf_of(preview.text),
+            "digest": digest,
+            "do": "retry",
+            "status": "FAILED",
+            "typed": "2",
+        },
+    )
     assert done.status_code == 200 and "attempt 2" in done.text
     for aid in ("rf-1", "rf-2"):
         rec, _ = record(db_path, aid)
@@ -485,8 +552,12 @@ def test_login_refuses_a_form_without_origin_and_a_name_that_could_pose(ui: Any)
     assert r.status_code == 403 and "set-cookie" not in r.headers
     r = login(ui, "ops", "alice via ui:token:boss:1")
     assert r.status_code == 422 and "set-cookie" not in r.headers
-    r = ui.post("/ui/login", data={"nonce": "forged.nonce", "token": TOKENS["ops"][0]},
-                headers={"Origin": ORIGIN}, follow_redirects=False)  # fmt: skip
+    r = ui.post(
+        "/ui/login",
+        data={"nonce": "forged.nonce", "token": TOKENS["ops"][0]},
+        headers={"Origin": ORIGIN},
+        follow_redirects=False,
+    )
     assert r.status_code == 403 and "stale" in r.text
 
 
@@ -497,8 +568,12 @@ def test_a_session_ends_when_it_expires_or_its_token_changes() -> None:
     from settled.serve.auth import Tokens
     from settled.serve.sessions import Sessions
 
-    conf = {"serve": {"tokens": {"ops": {"secret": "${T}", "roles": ["operate"]}},
-                      "ui": {"session_secret": "${K}", "session_ttl": 600}}}  # fmt: skip
+    conf = {
+        "serve": {
+            "tokens": {"ops": {"secret": "${T}", "roles": ["operate"]}},
+            "ui": {"session_secret": "${K}", "session_ttl": 600},
+        }
+    }
     cfg = from_dict(conf, source="test")
     env = {"T": "t" * 20, "K": "k" * 20}
     sessions = Sessions.from_config(cfg, Tokens.from_config(cfg, env), env)
@@ -521,8 +596,17 @@ def test_a_contradicted_record_is_in_the_queue_flagged(ui: Any, db_path: Any) ->
     with Ledger.open(db_path) as led:
         add(led, "said-done", status=Status.CONFIRMED)
         rec = led.get("said-done")
-        assert led.move(Move("said-done", rec.status, rec.status, to_text(utcnow()), "t", None,
-                             values={"contradiction": "a late reply says <b>not applied</b>"}))  # fmt: skip
+        assert led.move(
+            Move(
+                "said-done",
+                rec.status,
+                rec.status,
+                to_text(utcnow()),
+                "t",
+                None,
+                values={"contradiction": "a late reply says <b>not applied</b>"},
+            )
+        )
     login(ui)
     page = ui.get("/ui/")
     assert '<span data-testid="total">1</span>' in page.text
@@ -535,8 +619,11 @@ def test_a_contradicted_record_is_in_the_queue_flagged(ui: Any, db_path: Any) ->
 
 def test_stats_show_how_actions_settled_and_how_fast(ui: Any, db_path: Any, sim: SimServer) -> None:
     for i in range(3):
-        r = ui.post("/api/v1/actions", json={"provider": "sim", "operation": "send",
-                    "action_id": f"s-{i}", "params": {}}, headers=auth("app"))  # fmt: skip
+        r = ui.post(
+            "/api/v1/actions",
+            json={"provider": "sim", "operation": "send", "action_id": f"s-{i}", "params": {}},
+            headers=auth("app"),
+        )
         assert r.status_code == 201
     with Ledger.open(db_path) as led:
         from settled.session import Session

@@ -86,8 +86,12 @@ class Watch:
         assert self.page.evaluate("window.__pwned") == 0
         assert self.errors == []
         # a refused request's status is the test's to check; any other error is not
-        errors = [m for m in self.console if m.startswith("error")
-                  and "Failed to load resource: the server responded with a status of 4" not in m]  # fmt: skip
+        errors = [
+            m
+            for m in self.console
+            if m.startswith("error")
+            and "Failed to load resource: the server responded with a status of 4" not in m
+        ]
         assert errors == [], self.console
 
 
@@ -238,8 +242,13 @@ def test_confirm_a_held_action_and_the_sim_receives_it_once(
     ui: Any, db_path: Any, sim: SimServer
 ) -> None:
     url, page, watch = ui
-    body = {"provider": "sim", "operation": "book", "action_id": "held/1", "params": {"n": 1},
-            "needs_confirmation": True}  # fmt: skip
+    body = {
+        "provider": "sim",
+        "operation": "book",
+        "action_id": "held/1",
+        "params": {"n": 1},
+        "needs_confirmation": True,
+    }
     r = httpx.post(url + "/api/v1/actions", json=body, headers=auth("app"), timeout=30)
     assert r.status_code == 201 and r.json()["status"] == "PENDING"
     log_in(page, url, "app")
@@ -294,11 +303,17 @@ def test_a_read_only_person_sees_no_buttons_and_every_write_is_refused(
     csrf = page.locator("input[name=csrf]").first.get_attribute("value")
     before = dump(db_path)
     for do in ("resolve", "retry", "reconcile", "confirm"):
-        r = page.request.post(url + aid_url("ro-1"), headers={"Origin": url},
-                              form={"csrf": csrf, "do": do, "verdict": "applied", "reason": "x"})  # fmt: skip
+        r = page.request.post(
+            url + aid_url("ro-1"),
+            headers={"Origin": url},
+            form={"csrf": csrf, "do": do, "verdict": "applied", "reason": "x"},
+        )
         assert r.status == 403, (do, r.status)
-    r = page.request.post(url + "/ui/bulk", headers={"Origin": url},
-                          form={"csrf": csrf, "do": "resolve_applied", "reason": "x", "typed": "1"})  # fmt: skip
+    r = page.request.post(
+        url + "/ui/bulk",
+        headers={"Origin": url},
+        form={"csrf": csrf, "do": "resolve_applied", "reason": "x", "typed": "1"},
+    )
     assert r.status == 403
     assert dump(db_path) == before
     watch.clean()
@@ -367,8 +382,11 @@ def test_hostile_data_runs_no_script_and_reads_as_written(ui: Any, db_path: Any)
     page.get_by_role("link", name="← Queue").click()
     page.get_by_role("link", name="javascript:window.__pwned=5").click()
     expect(page.get_by_test_id("action-id")).to_have_text("javascript:window.__pwned=5")
-    for path, name in (("/ui/stats", "stats"), ("/ui/providers", "providers"),
-                       ("/ui/bulk?do=resolve_applied", "bulk-hostile")):  # fmt: skip
+    for path, name in (
+        ("/ui/stats", "stats"),
+        ("/ui/providers", "providers"),
+        ("/ui/bulk?do=resolve_applied", "bulk-hostile"),
+    ):
         page.goto(url + path)
         expect(page.locator("h1")).to_be_visible()
         shots(page, name)
@@ -430,18 +448,23 @@ def test_an_incident_settled_from_the_browser_agrees_with_the_sims_truth(
         sections[f"serve.tokens.{name}"] = {"secret": f"${{{env_name(name)}}}", "roles": roles}
     sections["serve.ui"] = {"session_secret": "${SETTLED_TEST_UI_SECRET}"}
     write_config(tmp_path / "settled.toml", {"sim": sim_conf(sim, timeout=5.0)}, **sections)
-    plan = ([(f"lost-{i}", "send", "lost_after_accept") for i in range(LOST)]
-            + [(f"late-{i}", "send", f"lag:{LAG:g}") for i in range(LATE)]
-            + [(f"notice-{i}", "notify", "ok") for i in range(NOTICES)]
-            + [(f"fine-{i}", "book", "ok") for i in range(FINE)])  # fmt: skip
+    plan = (
+        [(f"lost-{i}", "send", "lost_after_accept") for i in range(LOST)]
+        + [(f"late-{i}", "send", f"lag:{LAG:g}") for i in range(LATE)]
+        + [(f"notice-{i}", "notify", "ok") for i in range(NOTICES)]
+        + [(f"fine-{i}", "book", "ok") for i in range(FINE)]
+    )
     with (
         process("--reconcile", env={"SETTLED_TEST_UI_SECRET": UI_SECRET}) as svc,
         httpx.Client(base_url=svc.url, timeout=30) as api,
     ):
         for aid, op, fault in plan:
             sim.plan(aid, fault)
-            r = api.post("/api/v1/actions", headers=auth("app"),
-                         json={"provider": "sim", "operation": op, "action_id": aid, "params": {}})  # fmt: skip
+            r = api.post(
+                "/api/v1/actions",
+                headers=auth("app"),
+                json={"provider": "sim", "operation": op, "action_id": aid, "params": {}},
+            )
             assert r.status_code == 201, r.text
 
         def settled_down() -> list[dict[str, Any]] | None:
@@ -466,8 +489,10 @@ def test_an_incident_settled_from_the_browser_agrees_with_the_sims_truth(
             expect(page.locator("table.reasons")).to_contain_text("blind operation")
             shots(page, "incident-queue")
             # 2. once the late effects show, a check of every send with the provider
-            until(lambda: all(sim.effect_view(str(keys[f"late-{i}"])) for i in range(LATE)),
-                  "the late effects to show")  # fmt: skip
+            until(
+                lambda: all(sim.effect_view(str(keys[f"late-{i}"])) for i in range(LATE)),
+                "the late effects to show",
+            )
             page.get_by_label("Operation").select_option("send")
             page.get_by_role("button", name="Filter").click()
             expect(page.get_by_test_id("total")).to_have_text(str(LOST + LATE))

@@ -42,8 +42,9 @@ def test_a_forwarded_for_address_does_not_make_a_proxy_trusted(
         process(env={"SETTLED_TEST_UI_SECRET": UI_SECRET}) as svc,
         httpx.Client(base_url=svc.url, timeout=30) as c,
     ):
-        spoofed = c.get("/ui/", headers={"X-Forwarded-For": "10.0.0.1",
-                                         "X-Forwarded-User": "mallory"})  # fmt: skip
+        spoofed = c.get(
+            "/ui/", headers={"X-Forwarded-For": "10.0.0.1", "X-Forwarded-User": "mallory"}
+        )
         assert spoofed.status_code == 303 and spoofed.headers["location"] == "/ui/login"
         assert "set-cookie" not in spoofed.headers
 
@@ -75,12 +76,18 @@ def test_login_behind_tls_sets_a_secure_cookie(tmp_path: Path, sim: SimServer) -
         nonce = re.search(r'name="nonce" value="([^"]+)"', form.text)
         assert nonce is not None
         host = svc.url.removeprefix("http://")
-        r = c.post("/ui/login", data={"nonce": nonce.group(1), "token": TOKENS["ops"][0]},
-                   headers={**https, "Origin": f"https://{host}"})  # fmt: skip
+        r = c.post(
+            "/ui/login",
+            data={"nonce": nonce.group(1), "token": TOKENS["ops"][0]},
+            headers={**https, "Origin": f"https://{host}"},
+        )
         assert r.status_code == 303, r.text
         assert "Secure" in r.headers["set-cookie"]
-        plain = c.post("/ui/login", data={"nonce": nonce.group(1), "token": TOKENS["ops"][0]},
-                       headers={**https, "Origin": f"http://{host}"})  # fmt: skip
+        plain = c.post(
+            "/ui/login",
+            data={"nonce": nonce.group(1), "token": TOKENS["ops"][0]},
+            headers={**https, "Origin": f"http://{host}"},
+        )
         assert plain.status_code == 403  # an http:// page posting to the https:// service
         assert svc.stop() == 0
         assert all(TOKENS["ops"][0] not in str(e) for e in svc.rest())
@@ -103,8 +110,11 @@ def test_two_services_on_one_ledger_share_sessions_and_csrf_tokens(
         form = c.get(a.url + "/ui/login")
         nonce = re.search(r'name="nonce" value="([^"]+)"', form.text)
         assert nonce is not None
-        r = c.post(a.url + "/ui/login", headers={"Origin": a.url},
-                   data={"nonce": nonce.group(1), "token": TOKENS["ops"][0], "name": "alice"})  # fmt: skip
+        r = c.post(
+            a.url + "/ui/login",
+            headers={"Origin": a.url},
+            data={"nonce": nonce.group(1), "token": TOKENS["ops"][0], "name": "alice"},
+        )
         assert r.status_code == 303, r.text
         page = c.get(a.url + "/ui/actions/shared-1")
         token = re.search(r'name="csrf" value="([^"]+)"', page.text)
@@ -114,9 +124,16 @@ def test_two_services_on_one_ledger_share_sessions_and_csrf_tokens(
         with httpx.Client(timeout=30) as other:
             on_b = other.get(b.url + "/ui/", headers=cookie)
             assert person(on_b) == "alice"
-            done = other.post(b.url + "/ui/actions/shared-1", headers={**cookie, "Origin": b.url},
-                              data={"csrf": token.group(1), "do": "resolve", "verdict": "applied",
-                                    "reason": "seen in the CRM"})  # fmt: skip
+            done = other.post(
+                b.url + "/ui/actions/shared-1",
+                headers={**cookie, "Origin": b.url},
+                data={
+                    "csrf": token.group(1),
+                    "do": "resolve",
+                    "verdict": "applied",
+                    "reason": "seen in the CRM",
+                },
+            )
             assert done.status_code == 303, done.text
     with Ledger.open(db_path, create=False) as led:
         rec = led.get("shared-1")

@@ -380,8 +380,10 @@ def test_a_broken_verifier_is_logged_counted_gauged_and_named(
     last = [e["event"] for e in log if e.get("action_id") == "m1"][-2:]
     assert last == ["check_failed", "transition"]  # the attempt that gave it up
     moves = [e for e in log if e["event"] == "transition"]
-    assert {(e["action_id"], e["to"]) for e in moves} == {("m1", "DENIED_UNRESOLVED"),
-                                                           ("m2", "DENIED_UNRESOLVED")}  # fmt: skip
+    assert {(e["action_id"], e["to"]) for e in moves} == {
+        ("m1", "DENIED_UNRESOLVED"),
+        ("m2", "DENIED_UNRESOLVED"),
+    }
     assert all(e["reason"].startswith("could not be checked after 3 attempts") for e in moves)
     summary = [e for e in log if e["event"] == "pass"]
     assert [e["failed_checks"] for e in summary] == [2, 2, 2]

@@ -317,8 +317,14 @@ def test_every_move_is_an_event_in_order(d: Dispatcher, ledger: Ledger) -> None:
 def test_an_operation_declared_to_need_confirmation_only_records(
     ledger: Ledger, sim: SimServer
 ) -> None:
-    ops = {"send": {"tier": "full", "attempts": 1, "needs_confirmation": True,
-                    "request": {"method": "POST", "path": "/v1/book"}}}  # fmt: skip
+    ops = {
+        "send": {
+            "tier": "full",
+            "attempts": 1,
+            "needs_confirmation": True,
+            "request": {"method": "POST", "path": "/v1/book"},
+        }
+    }
     with Registry({"api": {"type": "http", "base_url": sim.url, "operations": ops}}) as reg:
         d = Dispatcher(ledger, reg)
         rep = d.submit("api", "send", {"action_id": "nc"}, action_id="nc")

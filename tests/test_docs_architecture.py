@@ -254,8 +254,18 @@ def test_the_glossary_defines_each_word() -> None:
     glossary = text.partition("\n## Glossary\n")[2].partition("\n## ")[0]
     assert glossary, "docs/architecture.md has no '## Glossary' section"
     words = (
-        "check", "verify", "reconcile", "query", "attempt", "try", "accepted", "applied",
-        "delivered", "acceptance", "delivery", "confirmed_by",
-    )  # fmt: skip
+        "check",
+        "verify",
+        "reconcile",
+        "query",
+        "attempt",
+        "try",
+        "accepted",
+        "applied",
+        "delivered",
+        "acceptance",
+        "delivery",
+        "confirmed_by",
+    )
     missing = [w for w in words if not re.search(rf"^\*\*{w}\*\*", glossary, flags=re.M)]
     assert not missing, f"the glossary in docs/architecture.md lacks: {', '.join(missing)}"

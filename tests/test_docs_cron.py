@@ -70,10 +70,21 @@ class Host:
         )
 
     def cron(self, command: str) -> subprocess.CompletedProcess[str]:
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(self.tmp), "LOGNAME": "settled",
-               "SHELL": "/bin/sh"}  # fmt: skip
-        return subprocess.run(["/bin/sh", "-c", self.localise(command)], env=env, cwd=self.tmp,
-                              capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(self.tmp),
+            "LOGNAME": "settled",
+            "SHELL": "/bin/sh",
+        }
+        return subprocess.run(
+            ["/bin/sh", "-c", self.localise(command)],
+            env=env,
+            cwd=self.tmp,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
 
     def log_lines(self) -> list[dict[str, Any]]:
         return [json.loads(ln) for ln in self.log.read_text().splitlines() if ln.startswith("{")]

@@ -111,8 +111,13 @@ def test_the_alert_rules_are_a_prometheus_rules_file() -> None:
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
 def test_promtool_accepts_the_alert_rules(tmp_path: Path) -> None:
     (tmp_path / "settled.yml").write_text(rules_file())
-    out = subprocess.run(["promtool", "check", "rules", str(tmp_path / "settled.yml")],
-                         capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    out = subprocess.run(
+        ["promtool", "check", "rules", str(tmp_path / "settled.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     import yaml
 

@@ -95,9 +95,22 @@ def test_the_unit_is_type_notify_and_waits_for_requests_in_hand() -> None:
     daemon = re.findall(r"```ini\n(.*?)```", (ROOT / "docs" / "daemon.md").read_text(), flags=re.S)[
         0
     ]
-    hardening = {line for line in daemon.splitlines() if "=" in line and line.split("=")[0] in (
-        "NoNewPrivileges", "ProtectSystem", "SystemCallFilter", "RestrictAddressFamilies",
-        "MemoryDenyWriteExecute", "PrivateUsers", "CapabilityBoundingSet", "ProtectProc")}  # fmt: skip
+    hardening = {
+        line
+        for line in daemon.splitlines()
+        if "=" in line
+        and line.split("=")[0]
+        in (
+            "NoNewPrivileges",
+            "ProtectSystem",
+            "SystemCallFilter",
+            "RestrictAddressFamilies",
+            "MemoryDenyWriteExecute",
+            "PrivateUsers",
+            "CapabilityBoundingSet",
+            "ProtectProc",
+        )
+    }
     assert hardening and hardening <= set(u.splitlines())
 
 
@@ -106,8 +119,14 @@ def test_the_unit_is_type_notify_and_waits_for_requests_in_hand() -> None:
 )
 def test_the_unit_is_rated_as_the_daemons(tmp_path: Path) -> None:
     (tmp_path / "settled-serve.service").write_text(unit())
-    out = subprocess.run(["systemd-analyze", "security", "--offline=yes", "settled-serve.service"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    out = subprocess.run(
+        ["systemd-analyze", "security", "--offline=yes", "settled-serve.service"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     m = re.search(r"Overall exposure level for settled-serve.service: (\d+\.\d+)", out.stdout)
     if m is None:
         pytest.skip(f"this systemd-analyze cannot rate a unit file offline: {out.stderr[:200]}")

@@ -35,9 +35,16 @@ def note(ledger: Ledger, aid: str, detail: str) -> None:
     """A NOTE event whose detail is the provider's words."""
     rec = ledger.get(aid)
     assert ledger.move(
-        Move(aid, rec.status, rec.status, to_text(NOW), "t", EventKind.NOTE,
-             detail={"detail": detail, "reason": "late reply"})
-    )  # fmt: skip
+        Move(
+            aid,
+            rec.status,
+            rec.status,
+            to_text(NOW),
+            "t",
+            EventKind.NOTE,
+            detail={"detail": detail, "reason": "late reply"},
+        )
+    )
 
 
 @pytest.fixture
@@ -53,8 +60,16 @@ def mixed(ledger: Ledger) -> Ledger:
             ("a", "Zeta", Status.DENIED_UNRESOLVED),
         ]
     ):
-        add(ledger, aid, provider=provider, operation="send", age=300 - 60 * i, status=status,
-            reason=f"reason of {aid}", now=NOW)  # fmt: skip
+        add(
+            ledger,
+            aid,
+            provider=provider,
+            operation="send",
+            age=300 - 60 * i,
+            status=status,
+            reason=f"reason of {aid}",
+            now=NOW,
+        )
     schedule(ledger, "e", checks=3, next_check_at=to_text(plus(NOW, 30)), delivery="DELIVERED")
     schedule(ledger, "d", checks=1, next_check_at=to_text(plus(NOW, 10)))
     schedule(ledger, "a", checks=7, delivery="FAILED")
@@ -171,13 +186,31 @@ def test_match_reads_the_last_event_only(mixed: Ledger) -> None:
 
 def test_stats_counts_groups_reasons_and_ages_of_open_records(ledger: Ledger) -> None:
     for i, checks in enumerate((3, 5, 12)):
-        add(ledger, f"spent-{i}", provider="sim", operation="send", age=100 * (i + 1),
+        add(
+            ledger,
+            f"spent-{i}",
+            provider="sim",
+            operation="send",
+            age=100 * (i + 1),
             reason=f"verification budget spent after {checks} check(s); last: not_yet "
-                   f"(at 2026-01-0{i + 1}T10:00:0{i}.12345Z)")  # fmt: skip
-    add(ledger, "bad-1", provider="mail", operation="send", age=50,
-        reason="outcome unknown (HTTP 503): id msg-81f2; reconciliation will query")  # fmt: skip
-    add(ledger, "bad-2", provider="mail", operation="send", age=40,
-        reason="outcome unknown (HTTP 500): id msg-0a9c; reconciliation will query")  # fmt: skip
+            f"(at 2026-01-0{i + 1}T10:00:0{i}.12345Z)",
+        )
+    add(
+        ledger,
+        "bad-1",
+        provider="mail",
+        operation="send",
+        age=50,
+        reason="outcome unknown (HTTP 503): id msg-81f2; reconciliation will query",
+    )
+    add(
+        ledger,
+        "bad-2",
+        provider="mail",
+        operation="send",
+        age=40,
+        reason="outcome unknown (HTTP 500): id msg-0a9c; reconciliation will query",
+    )
     add(ledger, "done", provider="mail", operation="send", age=1000, status=Status.IN_FLIGHT)
     before = dump(ledger.location)
     now = to_text(utcnow())
@@ -214,11 +247,14 @@ def test_stats_follow_the_selection_and_group_by_each_key(ledger: Ledger) -> Non
     assert only_sim.ages_by == {}
     assert set(ledger.stats(Selection(), now=now, by="provider").ages_by) == {"sim", "mail"}
     assert set(ledger.stats(Selection(), now=now, by="operation").ages_by) == {
-        "sim/send", "sim/book", "mail/send",
-    }  # fmt: skip
+        "sim/send",
+        "sim/book",
+        "mail/send",
+    }
     assert set(ledger.stats(Selection(), now=now, by="status").ages_by) == {
-        "DENIED_UNRESOLVED", "IN_FLIGHT",
-    }  # fmt: skip
+        "DENIED_UNRESOLVED",
+        "IN_FLIGHT",
+    }
     empty = ledger.stats(Selection(statuses=["CONFIRMED"]), now=now)
     assert (empty.total, empty.cells, empty.ages.n, empty.ages.p50) == (0, [], 0, None)
     with pytest.raises(ValueError, match="cannot group by"):
@@ -254,14 +290,34 @@ def test_postgresql_groups_reasons_exactly_as_python_does(ledger: Ledger) -> Non
     for text in CORPUS:
         assert pg_group(text) == reason_group(text), text
 
-    words = ["HTTP ", "HTTP", " ", "-", "_", "0", "42", "2026-01-05T10:00:33", ".5Z", "+01:00",
-             "a", "Z", "T", ":", "é", "(", "x1", "check(s)", "\t"]  # fmt: skip
+    words = [
+        "HTTP ",
+        "HTTP",
+        " ",
+        "-",
+        "_",
+        "0",
+        "42",
+        "2026-01-05T10:00:33",
+        ".5Z",
+        "+01:00",
+        "a",
+        "Z",
+        "T",
+        ":",
+        "é",
+        "(",
+        "x1",
+        "check(s)",
+        "\t",
+    ]
     pieces = st.sampled_from(words)
     texts = st.one_of(
         st.lists(pieces, max_size=12).map("".join),
-        st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
-                max_size=40),
-    )  # fmt: skip
+        st.text(
+            st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40
+        ),
+    )
 
     @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
     @given(texts)

@@ -240,8 +240,11 @@ class RawSession:
 
 def _call(rid: Any, params: bytes) -> bytes:
     head = json.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call"}).encode()[:-1]
-    return head + b', "params": {"name": "sim_book", "arguments": {"action_id": "raw-%s", "params": %s}}}' % (
-        str(rid).encode(), params)  # fmt: skip
+    return (
+        head
+        + b', "params": {"name": "sim_book", "arguments": {"action_id": "raw-%s", "params": %s}}}'
+        % (str(rid).encode(), params)
+    )
 
 
 def _nested(depth: int) -> bytes:
@@ -265,9 +268,16 @@ def test_every_raw_request_gets_an_answer_and_the_server_stays_up(
 ) -> None:
     s = RawSession()
     try:
-        init = {"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "1"}}}  # fmt: skip
+        init = {
+            "jsonrpc": "2.0",
+            "id": "init",
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"},
+            },
+        }
         s.send(json.dumps(init).encode())
         assert s.answer()["id"] == "init"
         s.send(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')

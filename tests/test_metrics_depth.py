@@ -43,8 +43,10 @@ def depth(port: int) -> dict[tuple[str, str], float] | None:
     except (urllib.error.URLError, ConnectionError):
         return None
     fams = {f.name: f for f in text_string_to_metric_families(text)}
-    return {(s.labels["status"], s.labels["provider"]): s.value
-            for s in fams["settled_queue_depth"].samples}  # fmt: skip
+    return {
+        (s.labels["status"], s.labels["provider"]): s.value
+        for s in fams["settled_queue_depth"].samples
+    }
 
 
 def wait_for(port: int, what: str, ok: Any) -> dict[tuple[str, str], float]:
@@ -79,8 +81,11 @@ def test_an_emptied_queue_reads_0_for_every_known_provider(
 
         done = run_cli("resolve", "blind-1", "--applied", "--reason", "seen")
         assert done.returncode == 0, done.stderr
-        after = wait_for(port, "the resolved record to leave the queue",
-                         lambda d: d.get(("DENIED_UNRESOLVED", "sim")) == 0)  # fmt: skip
+        after = wait_for(
+            port,
+            "the resolved record to leave the queue",
+            lambda d: d.get(("DENIED_UNRESOLVED", "sim")) == 0,
+        )
         assert set(after) == set(first)  # no series vanished
     finally:
         proc.terminate()

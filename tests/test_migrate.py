@@ -324,8 +324,12 @@ def newer_step(location: Any) -> int:
     n = latest(location) + 1
     out = subprocess.run(
         [sys.executable, "-c", NEWER_SETTLED, "migrate"],
-        capture_output=True, text=True, timeout=60, cwd=str(ROOT), check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(ROOT),
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     assert f"applied 999_newer: schema {n - 1} → {n}" in out.stdout, out.stdout
     assert stored_version(location) == n

@@ -17,8 +17,9 @@ from settled.storage import postgres_schema, sqlite_schema
 def the_step(location: Any) -> tuple[int, str]:
     """The step's number and name on this backend (found by name: the latest step)."""
     steps = (postgres_schema if rawdb.is_pg(location) else sqlite_schema).MIGRATIONS
-    number, name = next((n, name) for n, (name, _) in enumerate(steps, 1)
-                        if name.endswith("_checks"))  # fmt: skip
+    number, name = next(
+        (n, name) for n, (name, _) in enumerate(steps, 1) if name.endswith("_checks")
+    )
     assert [name for name, _ in steps[number:]] == list(
         LATER[steps is postgres_schema.MIGRATIONS]
     ), "undo every step after the checks step here too"
@@ -31,12 +32,19 @@ LATER = {
     True: ("004_status_has_event", "005_moved"),
 }
 UNDO_SQLITE = [
-    *(f"DROP TRIGGER {t}_not_moved_{v}" for t, v in (
-        ("actions", "insert"), ("actions", "update"), ("events", "insert"),
-        ("callbacks", "insert"), ("callbacks", "update"))),
+    *(
+        f"DROP TRIGGER {t}_not_moved_{v}"
+        for t, v in (
+            ("actions", "insert"),
+            ("actions", "update"),
+            ("events", "insert"),
+            ("callbacks", "insert"),
+            ("callbacks", "update"),
+        )
+    ),
     "DROP TABLE ledger_moved",
     "DROP TRIGGER actions_status_has_event",
-]  # fmt: skip
+]
 UNDO_PG = [
     *(f"DROP TRIGGER {t}_not_moved ON {t}" for t in ("actions", "events", "callbacks")),
     "DROP FUNCTION settled_not_moved()",

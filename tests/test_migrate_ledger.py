@@ -31,8 +31,10 @@ pytestmark = pytest.mark.postgres_only
 
 def _history(where: Any) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
     with Ledger.open(where, create=False) as led:
-        return [(rec.to_json(), [e.to_json() | {"id": e.id} for e in led.events(rec.action_id)])
-                for rec in led.records()]  # fmt: skip
+        return [
+            (rec.to_json(), [e.to_json() | {"id": e.id} for e in led.events(rec.action_id)])
+            for rec in led.records()
+        ]
 
 
 def _populate(sqlite: Path, sim: SimServer) -> None:
@@ -42,16 +44,22 @@ def _populate(sqlite: Path, sim: SimServer) -> None:
     sim.plan("bounced", "bounce")
     sim.plan("rejected", "reject")
     for aid, op, extra in [
-        ("booked", "book", []), ("sent", "send", []), ("lost", "send", []),
-        ("bounced", "send", []), ("rejected", "book", []), ("blind", "notify", []),
-        ("partial", "deliver", []), ("later", "book", ["--needs-confirmation"]),
+        ("booked", "book", []),
+        ("sent", "send", []),
+        ("lost", "send", []),
+        ("bounced", "send", []),
+        ("rejected", "book", []),
+        ("blind", "notify", []),
+        ("partial", "deliver", []),
+        ("later", "book", ["--needs-confirmation"]),
         ("wide", "book", ["--params", json.dumps({"to": "ü ✓ \u0001", "n": [1, 2.5, None]})]),
-    ]:  # fmt: skip
+    ]:
         done = run_cli("dispatch", "sim", op, "--action-id", aid, *extra, env=env)
         assert done.returncode in (0, 3, 4, 5), done.stderr
     assert run_cli("reconcile", "--due", env=env).returncode == 0
-    resolved = run_cli("resolve", "blind", "--applied", "--reason", "seen by a person",
-                       "--by", "alice", env=env)  # fmt: skip
+    resolved = run_cli(
+        "resolve", "blind", "--applied", "--reason", "seen by a person", "--by", "alice", env=env
+    )
     assert resolved.returncode == 0, resolved.stderr
 
 
@@ -76,8 +84,10 @@ def test_sqlite_to_postgres_and_back_loses_nothing(
     assert "verified" in again.stderr and report["copied"]["events_sha256"] in again.stdout
     assert _history(back) == original
     # the same record reads the same through the command line on every backend
-    shown = {str(w): run_cli("--db", str(w), "show", "lost", "--json").stdout
-             for w in (source, db_path, back)}  # fmt: skip
+    shown = {
+        str(w): run_cli("--db", str(w), "show", "lost", "--json").stdout
+        for w in (source, db_path, back)
+    }
     assert len(set(shown.values())) == 1, shown
     # a moved ledger refuses writers with one line naming where it went (rule 17)
     for moved in (source, db_path):
@@ -110,8 +120,10 @@ def test_a_non_empty_target_is_refused_and_left_alone(tmp_path: Path, db_path: s
 def test_a_missing_source_creates_nothing(tmp_path: Path, db_path: str) -> None:
     done = run_cli("migrate-ledger", str(tmp_path / "nowhere.db"), db_path)
     assert done.returncode == 1 and "no ledger at" in done.stderr
-    assert rawdb.execute(db_path, "SELECT count(*) FROM information_schema.tables"
-                                  " WHERE table_schema = current_schema()") == [(0,)]  # fmt: skip
+    assert rawdb.execute(
+        db_path,
+        "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()",
+    ) == [(0,)]
 
 
 def _wait_for(what: str, ready: Callable[[], bool], seconds: float = 60.0) -> None:
@@ -160,8 +172,9 @@ def test_writers_during_the_copy_wait_and_are_then_refused_by_the_moved_ledger(
         os.killpg(writer.pid, signal.SIGTERM)
         writer.wait(timeout=30)
     refused = [line for line in errors.read_text().splitlines() if line.strip()]
-    assert refused and all("was moved to" in line and db_path.split("?", maxsplit=1)[0] in line
-                           for line in refused), refused  # fmt: skip
+    assert refused and all(
+        "was moved to" in line and db_path.split("?", maxsplit=1)[0] in line for line in refused
+    ), refused
     # the source did not change after the copy, and the copy is all of it
     assert _history(db_path) == _history(source)
     assert report["copied"]["records"] == len(_ids(source)) >= 3
@@ -175,17 +188,33 @@ def test_a_bulk_dispatch_in_flight_refuses_the_copy_and_the_copy_after_it_is_who
 ) -> None:
     source = tmp_path / "source.db"
     lines = tmp_path / "lines.jsonl"
-    lines.write_text("".join(json.dumps({"action_id": f"b-{n:04}", "params": {"n": n}}) + "\n"
-                             for n in range(300)))  # fmt: skip
+    lines.write_text(
+        "".join(
+            json.dumps({"action_id": f"b-{n:04}", "params": {"n": n}}) + "\n" for n in range(300)
+        )
+    )
     for n in range(300):  # each request takes a while: the bulk is still sending when copied
         sim.plan(f"b-{n:04}", "latency:0.05")
     log = tmp_path / "bulk.err"
     with log.open("w") as err_file:
         bulk = subprocess.Popen(
-            [sys.executable, "-m", "settled", "--db", str(source), "dispatch", "sim", "book",
-             "--from", str(lines), "--concurrency", "4"],
-            stdout=subprocess.DEVNULL, stderr=err_file,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "settled",
+                "--db",
+                str(source),
+                "dispatch",
+                "sim",
+                "book",
+                "--from",
+                str(lines),
+                "--concurrency",
+                "4",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=err_file,
+        )
     outcomes = []
     try:
         _wait_for("the first records", lambda: source.exists() and len(_ids(source)) >= 5)
@@ -228,8 +257,19 @@ def _in_flight(where: Path, aid: str, seconds: float) -> None:
     until = to_text(datetime.now(UTC) + timedelta(seconds=seconds))
     with Ledger.open(where) as led:
         led.record(new_record(aid), actor="t")
-        assert led.move(move(aid, Status.PENDING, Status.IN_FLIGHT, lease_owner="d",
-                             lease_expires_at=until, delivery="IN_FLIGHT")) is not None  # fmt: skip
+        assert (
+            led.move(
+                move(
+                    aid,
+                    Status.PENDING,
+                    Status.IN_FLIGHT,
+                    lease_owner="d",
+                    lease_expires_at=until,
+                    delivery="IN_FLIGHT",
+                )
+            )
+            is not None
+        )
 
 
 def test_live_leases_refuse_the_copy_unless_it_waits_for_them(tmp_path: Path, db_path: str) -> None:
@@ -308,16 +348,27 @@ def test_a_moved_ledger_is_read_with_a_notice_and_refuses_every_writer(
         shown = run_cli("--db", str(source), "show", "a-1", "--json")
         assert shown.returncode == 0 and json.loads(shown.stdout)["action_id"] == "a-1"
         assert shown.stderr.count("\n") == 1 and "was moved to" in shown.stderr
-        for args in (("dispatch", "sim", "book", "--action-id", "n"),
-                     ("migrate-ledger", str(source), str(tmp_path / "again.db"))):  # fmt: skip
+        for args in (
+            ("dispatch", "sim", "book", "--action-id", "n"),
+            ("migrate-ledger", str(source), str(tmp_path / "again.db")),
+        ):
             refused = run_cli("--db", str(source), *args)
             assert refused.returncode == 1, (args, refused.stderr)
             line = refused.stderr.strip()
             assert "moved to" in line and "\n" not in line, line
         assert not (tmp_path / "again.db").exists()
         # a command that opens it to read first is refused at its first write
-        verdict = run_cli("--db", str(source), "resolve", "a-1", "--applied", "--reason", "r",
-                          "--no-recheck", "--yes")  # fmt: skip
+        verdict = run_cli(
+            "--db",
+            str(source),
+            "resolve",
+            "a-1",
+            "--applied",
+            "--reason",
+            "r",
+            "--no-recheck",
+            "--yes",
+        )
         assert verdict.returncode == 1, verdict.stderr
         last = verdict.stderr.strip().splitlines()[-1]
         assert last.endswith(f"use --db {db_path}"), verdict.stderr
@@ -407,8 +458,9 @@ def test_a_postgres_source_is_locked_for_the_copy_and_its_waiting_writer_refused
         def waiting() -> bool:
             rows = admin.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
-                " AND wait_event_type = 'Lock'", (app,),
-            ).fetchall()  # fmt: skip
+                " AND wait_event_type = 'Lock'",
+                (app,),
+            ).fetchall()
             return int(rows[0][0]) >= 1
 
         _wait_for("the writer to wait on the lock", waiting, 30)

@@ -39,8 +39,9 @@ def _path_to(target: Status) -> list[tuple[Status, Status]]:
 
 
 @pytest.mark.parametrize(("frm", "to"), sorted(TRANSITIONS))
-def test_every_allowed_move_is_made_by_the_ledger(frm: Status, to: Status,
-                                                  mem_ledger: Ledger) -> None:  # fmt: skip
+def test_every_allowed_move_is_made_by_the_ledger(
+    frm: Status, to: Status, mem_ledger: Ledger
+) -> None:
     """Each move of the table, replayed through the ledger's one way of moving a
     record: reached from PENDING by allowed moves, then made, logged, and refused a
     second time once the record has left ``frm`` (unless it stays)."""

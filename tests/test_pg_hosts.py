@@ -57,16 +57,31 @@ def _skewed_env() -> dict[str, str]:
 
 def _conf(tmp_path: Path, name: str, server: SimServer, **sections: dict[str, Any]) -> Path:
     provider = {
-        "type": "sim", "base_url": server.url, "timeout": 0.5, "attempts": 1,
-        "consistency_window": 0.0, "verify_interval": 0.05, "verify_deadline": 30.0,
-    }  # fmt: skip
+        "type": "sim",
+        "base_url": server.url,
+        "timeout": 0.5,
+        "attempts": 1,
+        "consistency_window": 0.0,
+        "verify_interval": 0.05,
+        "verify_deadline": 30.0,
+    }
     return write_config(tmp_path / name, {"sim": provider}, **sections)
 
 
-def _run(argv: list[str], env: dict[str, str], prefix: list[str] | None = None,
-         crash_at: str | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
-    return subprocess.run([*(prefix or []), *command(tuple(argv), crash_at)], capture_output=True,
-                          text=True, env=env, cwd=str(ROOT), timeout=120)  # fmt: skip
+def _run(
+    argv: list[str],
+    env: dict[str, str],
+    prefix: list[str] | None = None,
+    crash_at: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*(prefix or []), *command(tuple(argv), crash_at)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(ROOT),
+        timeout=120,
+    )
 
 
 def test_a_host_whose_clock_is_minutes_ahead_neither_expires_leases_early_nor_checks_twice(
@@ -74,17 +89,30 @@ def test_a_host_whose_clock_is_minutes_ahead_neither_expires_leases_early_nor_ch
 ) -> None:
     skewed = _faketime()
     with SimServer(hang=1.0, honour_keys=False) as server:
-        conf = _conf(tmp_path, "settled.toml", server, dispatch={"lease_grace": 120.0},
-                     reconcile={"lease": 120.0, "batch": 50})  # fmt: skip
+        conf = _conf(
+            tmp_path,
+            "settled.toml",
+            server,
+            dispatch={"lease_grace": 120.0},
+            reconcile={"lease": 120.0, "batch": 50},
+        )
         env = {**os.environ, "SETTLED_DB": db_path, "SETTLED_CONFIG": str(conf)}
         # The skew is real: the other host's wall clock is five minutes ahead.
-        probe = subprocess.run([*skewed, sys.executable, "-c", "import time; print(time.time())"],
-                               capture_output=True, text=True, env=_skewed_env(), timeout=60)  # fmt: skip
+        probe = subprocess.run(
+            [*skewed, sys.executable, "-c", "import time; print(time.time())"],
+            capture_output=True,
+            text=True,
+            env=_skewed_env(),
+            timeout=60,
+        )
         assert float(probe.stdout) - time.time() > 240, probe
 
         # Host A claims an action and dies before sending: its lease runs 2 minutes.
-        lost = _run(["dispatch", "sim", "book", "--action-id", "lost", "--params", "{}"], env,
-                    crash_at="after_claim")  # fmt: skip
+        lost = _run(
+            ["dispatch", "sim", "book", "--action-id", "lost", "--params", "{}"],
+            env,
+            crash_at="after_claim",
+        )
         assert lost.returncode == -signal.SIGKILL, lost.stderr
         # Host A's reconciler leases a batch of records due for a check and dies
         # before checking any: those rows are leased to it for 2 minutes.
@@ -215,16 +243,24 @@ class Hosts:
             _ip("-n", ns, "link", "set", inner, "up")
             _ip("-n", ns, "link", "set", "lo", "up")
 
-    def run(self, ns: str, argv: list[str], env: dict[str, str], log: Any,
-            crash_at: str | None = None) -> subprocess.Popen[str]:  # fmt: skip
+    def run(
+        self, ns: str, argv: list[str], env: dict[str, str], log: Any, crash_at: str | None = None
+    ) -> subprocess.Popen[str]:
         """``settled ARGV`` on host ``ns``, its output to the open file ``log``."""
-        return subprocess.Popen(["ip", "netns", "exec", ns, *command(tuple(argv), crash_at)],
-                                stdout=log, stderr=log, text=True, env=env, cwd=str(ROOT))  # fmt: skip
+        return subprocess.Popen(
+            ["ip", "netns", "exec", ns, *command(tuple(argv), crash_at)],
+            stdout=log,
+            stderr=log,
+            text=True,
+            env=env,
+            cwd=str(ROOT),
+        )
 
     def kill(self, ns: str) -> int:
         """SIGKILL every process of the host: it dies mid-whatever."""
-        out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
-                             timeout=30).stdout.split()  # fmt: skip
+        out = subprocess.run(
+            ["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=30
+        ).stdout.split()
         for pid in out:
             try:
                 os.kill(int(pid), signal.SIGKILL)
@@ -290,18 +326,36 @@ def test_hosts_sharing_only_the_database_lose_nothing_when_one_dies_mid_batch(
         pg_relay.close()
 
 
-def _many_hosts(hosts: Hosts, tmp_path: Path, db_path: str, relay: Relay,
-                server: SimServer) -> None:  # fmt: skip
+def _many_hosts(
+    hosts: Hosts, tmp_path: Path, db_path: str, relay: Relay, server: SimServer
+) -> None:
     # Each host reaches the database only over the bridge, through the relay.
-    remote = pg.url_for(pg.schema_of(db_path),
-                        base=f"postgresql://root@{hosts.gateway}:{relay.port}/test")  # fmt: skip
-    conf = _conf(tmp_path, "hosts.toml", server, dispatch={"lease_grace": 1.0},
-                 reconcile={"lease": 3.0, "batch": 4})  # fmt: skip
+    remote = pg.url_for(
+        pg.schema_of(db_path), base=f"postgresql://root@{hosts.gateway}:{relay.port}/test"
+    )
+    conf = _conf(
+        tmp_path,
+        "hosts.toml",
+        server,
+        dispatch={"lease_grace": 1.0},
+        reconcile={"lease": 3.0, "batch": 4},
+    )
     env = {**os.environ, "SETTLED_DB": remote, "SETTLED_CONFIG": str(conf)}
     first, second = hosts.names
     for n in range(4):  # records both hosts will race to confirm
-        rec = _run(["dispatch", "sim", "book", "--action-id", f"shared-{n}", "--params", "{}",
-                    "--needs-confirmation"], env | {"SETTLED_DB": db_path})  # fmt: skip
+        rec = _run(
+            [
+                "dispatch",
+                "sim",
+                "book",
+                "--action-id",
+                f"shared-{n}",
+                "--params",
+                "{}",
+                "--needs-confirmation",
+            ],
+            env | {"SETTLED_DB": db_path},
+        )
         assert rec.returncode == 3, rec.stderr
     for n in range(12):
         server.plan(f"{first}-{n}", "lost_after_accept" if n % 5 == 4 else "ok")
@@ -396,8 +450,11 @@ def _settle_while(led: Ledger, daemon: subprocess.Popen[str], timeout: float = 9
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert daemon.poll() is None, "the surviving daemon stopped"
-        open_ = [r for r in led.query() if r.status in (Status.PENDING, Status.IN_FLIGHT,
-                                                       Status.AWAITING_VERIFICATION)]  # fmt: skip
+        open_ = [
+            r
+            for r in led.query()
+            if r.status in (Status.PENDING, Status.IN_FLIGHT, Status.AWAITING_VERIFICATION)
+        ]
         if not open_:
             return
         time.sleep(0.2)

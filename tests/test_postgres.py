@@ -35,8 +35,13 @@ pytestmark = pytest.mark.postgres_only
 
 
 def _tables(url: str) -> set[str]:
-    return {r[0] for r in rawdb.execute(
-        url, "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")}  # fmt: skip
+    return {
+        r[0]
+        for r in rawdb.execute(
+            url,
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()",
+        )
+    }
 
 
 # ------------------------------------------------------------------ schema and migrations
@@ -46,18 +51,37 @@ def test_migrating_an_empty_schema_gives_the_schema(db_path: str) -> None:
     with Ledger.open(db_path):
         pass
     assert _tables(db_path) == {
-        "actions", "events", "callbacks", "_migrations", "settled_ledger", "ledger_moved"
-    }  # fmt: skip
-    triggers = {r[0] for r in rawdb.execute(
-        db_path, "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal AND tgrelid IN"
-        " ('actions'::regclass, 'events'::regclass, 'callbacks'::regclass)")}  # fmt: skip
+        "actions",
+        "events",
+        "callbacks",
+        "_migrations",
+        "settled_ledger",
+        "ledger_moved",
+    }
+    triggers = {
+        r[0]
+        for r in rawdb.execute(
+            db_path,
+            "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal AND tgrelid IN"
+            " ('actions'::regclass, 'events'::regclass, 'callbacks'::regclass)",
+        )
+    }
     assert triggers == set(postgres_schema.TRIGGERS)
-    indexes = {r[0] for r in rawdb.execute(
-        db_path, "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")}  # fmt: skip
+    indexes = {
+        r[0]
+        for r in rawdb.execute(
+            db_path, "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"
+        )
+    }
     assert {"actions_due", "actions_status", "actions_same_change", "events_action"} <= indexes
-    cols = [r[0] for r in rawdb.execute(
-        db_path, "SELECT column_name FROM information_schema.columns WHERE table_schema ="
-        " current_schema() AND table_name = 'actions' ORDER BY ordinal_position")]  # fmt: skip
+    cols = [
+        r[0]
+        for r in rawdb.execute(
+            db_path,
+            "SELECT column_name FROM information_schema.columns WHERE table_schema ="
+            " current_schema() AND table_name = 'actions' ORDER BY ordinal_position",
+        )
+    ]
     assert cols == list(base.COLUMNS)
     applied = [r[0] for r in rawdb.execute(db_path, "SELECT name FROM _migrations ORDER BY name")]
     assert applied == [name for name, _ in postgres_schema.MIGRATIONS]
@@ -71,9 +95,13 @@ def test_migrating_an_empty_schema_gives_the_schema(db_path: str) -> None:
 def test_the_due_scan_can_walk_the_partial_index(ledger: Ledger, db_path: str) -> None:
     with rawdb.psycopg.connect(db_path) as conn:
         conn.execute("SET enable_seqscan = off")
-        plan = " ".join(r[0] for r in conn.execute(
-            f"EXPLAIN SELECT * FROM actions WHERE {postgres_schema.DUE_PREDICATE} AND"
-            " next_check_at <= now() ORDER BY next_check_at LIMIT 10 FOR UPDATE SKIP LOCKED"))  # fmt: skip
+        plan = " ".join(
+            r[0]
+            for r in conn.execute(
+                f"EXPLAIN SELECT * FROM actions WHERE {postgres_schema.DUE_PREDICATE} AND"
+                " next_check_at <= now() ORDER BY next_check_at LIMIT 10 FOR UPDATE SKIP LOCKED"
+            )
+        )
     assert "actions_due" in plan
 
 
@@ -127,16 +155,19 @@ def test_a_newer_schema_is_refused(ledger: Ledger, db_path: str) -> None:
 # ------------------------------------------------------------------ what the database refuses
 
 
-@pytest.mark.parametrize("sql", [
-    "UPDATE events SET actor = 'x'",
-    "DELETE FROM events",
-    "TRUNCATE events",
-    "DELETE FROM actions",
-    "TRUNCATE actions CASCADE",
-    "INSERT INTO events (id, action_id, at, actor, kind, to_status, attempt, detail)"
-    " OVERRIDING SYSTEM VALUE SELECT id, action_id, at, 'x', kind, to_status, attempt, detail"
-    " FROM events ON CONFLICT (id) DO UPDATE SET actor = 'x'",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "UPDATE events SET actor = 'x'",
+        "DELETE FROM events",
+        "TRUNCATE events",
+        "DELETE FROM actions",
+        "TRUNCATE actions CASCADE",
+        "INSERT INTO events (id, action_id, at, actor, kind, to_status, attempt, detail)"
+        " OVERRIDING SYSTEM VALUE SELECT id, action_id, at, 'x', kind, to_status, attempt, detail"
+        " FROM events ON CONFLICT (id) DO UPDATE SET actor = 'x'",
+    ],
+)
 def test_the_event_log_cannot_be_altered_through_sql(
     ledger: Ledger, db_path: str, sql: str
 ) -> None:
@@ -209,8 +240,9 @@ def test_without_the_extra_a_postgres_location_names_the_pip_install() -> None:
         "import sys; sys.modules['psycopg'] = None; sys.modules['psycopg_pool'] = None\n"
         "from settled.cli import main; main(['--db', 'postgresql:///x', 'queue'])\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=str(ROOT), timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=60
+    )
     assert done.returncode == 1, done.stderr
     assert "pip install 'settled[postgres]'" in done.stderr
     assert "Traceback" not in done.stderr
@@ -222,30 +254,52 @@ def test_without_the_extra_a_postgres_location_names_the_pip_install() -> None:
 def _exercise(led: Ledger, recs: list[Any]) -> None:
     for rec in recs:
         led.record(rec, actor="t")
-    transition(led, "a-1", Status.PENDING, Status.IN_FLIGHT, kind=EventKind.CLAIMED,
-               at="2026-01-01T00:00:00.500000Z", lease_owner="o",
-               lease_expires_at="2026-01-01T00:01:00.000001Z",
-               next_check_at="2026-01-01T00:01:00.000001Z")  # fmt: skip
-    transition(led, "a-1", Status.IN_FLIGHT, Status.AWAITING_VERIFICATION,
-               kind=EventKind.OUTCOME, at="2026-01-01T00:00:01.123456Z", owner="o",
-               lease_owner=None, lease_expires_at=None, reason="accepted \x01",
-               next_check_at="2999-12-31T23:59:59.999999Z")  # fmt: skip
+    transition(
+        led,
+        "a-1",
+        Status.PENDING,
+        Status.IN_FLIGHT,
+        kind=EventKind.CLAIMED,
+        at="2026-01-01T00:00:00.500000Z",
+        lease_owner="o",
+        lease_expires_at="2026-01-01T00:01:00.000001Z",
+        next_check_at="2026-01-01T00:01:00.000001Z",
+    )
+    transition(
+        led,
+        "a-1",
+        Status.IN_FLIGHT,
+        Status.AWAITING_VERIFICATION,
+        kind=EventKind.OUTCOME,
+        at="2026-01-01T00:00:01.123456Z",
+        owner="o",
+        lease_owner=None,
+        lease_expires_at=None,
+        reason="accepted \x01",
+        next_check_at="2999-12-31T23:59:59.999999Z",
+    )
 
 
 def test_records_and_events_read_back_byte_for_byte_as_on_sqlite(
     db_path: str, tmp_path: Path
 ) -> None:
     with Ledger.open(tmp_path / "same.db") as lite, Ledger.open(db_path) as pgl:
-        recs = [new_record("a-1", {"to": "ü", "n": [1, 2.5, None]}),
-                new_record("a-2", now=T0 + timedelta(microseconds=10))]  # fmt: skip
+        recs = [
+            new_record("a-1", {"to": "ü", "n": [1, 2.5, None]}),
+            new_record("a-2", now=T0 + timedelta(microseconds=10)),
+        ]
         _exercise(lite, recs)
         _exercise(pgl, recs)
         for aid in ("a-1", "a-2"):
             assert pgl.get(aid).to_json() == lite.get(aid).to_json()
-            ours = [(e.at, e.actor, e.kind, e.from_status, e.to_status, e.attempt, e.detail)
-                    for e in pgl.events(aid)]  # fmt: skip
-            theirs = [(e.at, e.actor, e.kind, e.from_status, e.to_status, e.attempt, e.detail)
-                      for e in lite.events(aid)]  # fmt: skip
+            ours = [
+                (e.at, e.actor, e.kind, e.from_status, e.to_status, e.attempt, e.detail)
+                for e in pgl.events(aid)
+            ]
+            theirs = [
+                (e.at, e.actor, e.kind, e.from_status, e.to_status, e.attempt, e.detail)
+                for e in lite.events(aid)
+            ]
             assert ours == theirs
         assert [r.action_id for r in pgl.records()] == [r.action_id for r in lite.records()]
         assert pgl.figures() == lite.figures()
@@ -253,8 +307,14 @@ def test_records_and_events_read_back_byte_for_byte_as_on_sqlite(
 
 def test_a_nul_byte_from_a_provider_is_kept_as_a_replacement_character(ledger: Ledger) -> None:
     ledger.record(new_record(), actor="t")
-    got = transition(ledger, "a-1", Status.PENDING, Status.IN_FLIGHT, kind=EventKind.CLAIMED,
-                     reason="body: a\x00b")  # fmt: skip
+    got = transition(
+        ledger,
+        "a-1",
+        Status.PENDING,
+        Status.IN_FLIGHT,
+        kind=EventKind.CLAIMED,
+        reason="body: a\x00b",
+    )
     assert got is not None and got.reason == "body: a\ufffdb"
 
 
@@ -355,18 +415,22 @@ def test_ledger_url_in_the_config_selects_postgres(
         led = s.ledger()
         assert isinstance(led, PostgresLedger) and "pa" not in led.location.split("@")[0][13:]
         led.record(new_record(), actor="t")
-    done = run_cli("--config", str(tmp_path / "settled.toml"), "show", "a-1", "--json",
-                   env={"SETTLED_DB": ""})  # fmt: skip
+    done = run_cli(
+        "--config", str(tmp_path / "settled.toml"), "show", "a-1", "--json", env={"SETTLED_DB": ""}
+    )
     assert '"action_id": "a-1"' in done.stdout, done.stderr
     assert "pa:ss" not in done.stdout + done.stderr and "pa%3Ass" not in done.stdout + done.stderr
 
 
-@pytest.mark.parametrize(("ledger_conf", "message"), [
-    ({"url": "postgresql:///x", "path": "x.db"}, "not both"),
-    ({"url": "sqlite:///x.db"}, "must be a postgresql:// URL"),
-    ({"url": "postgresql://u:${NOT_SET_ANYWHERE_42}@h/db"}, "NOT_SET_ANYWHERE_42 is not set"),
-    ({"url": "postgresql://u:${bad@h/db"}, "malformed"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("ledger_conf", "message"),
+    [
+        ({"url": "postgresql:///x", "path": "x.db"}, "not both"),
+        ({"url": "sqlite:///x.db"}, "must be a postgresql:// URL"),
+        ({"url": "postgresql://u:${NOT_SET_ANYWHERE_42}@h/db"}, "NOT_SET_ANYWHERE_42 is not set"),
+        ({"url": "postgresql://u:${bad@h/db"}, "malformed"),
+    ],
+)
 def test_ledger_url_mistakes_are_config_errors(ledger_conf: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         from_dict({"ledger": ledger_conf}, source="settled.toml")
@@ -398,8 +462,18 @@ def test_an_application_role_without_ownership_runs_settled_but_cannot_rewrite_h
         app_url = f"postgresql://{role}@/test?{query}"
         with Ledger.open(app_url) as led:
             led.record(new_record("a-1"), actor="app")
-            assert transition(led, "a-1", Status.PENDING, Status.IN_FLIGHT, kind=EventKind.CLAIMED,
-                              lease_owner="o", delivery="IN_FLIGHT") is not None  # fmt: skip
+            assert (
+                transition(
+                    led,
+                    "a-1",
+                    Status.PENDING,
+                    Status.IN_FLIGHT,
+                    kind=EventKind.CLAIMED,
+                    lease_owner="o",
+                    delivery="IN_FLIGHT",
+                )
+                is not None
+            )
             assert led.integrity_check() == "ok" and led.figures()
             led.clock().now()
         for sql in (

@@ -326,8 +326,13 @@ def test_moves_that_never_commit_are_never_reported(
     heard: list[str] = []
     clock.advance(11)  # past the window: both are due
     with pytest.raises(LedgerBusy):
-        Reconciler(broken, reg, clock=clock, on_change=lambda ch: heard.append(ch.action_id),
-                   on_check=lambda ch: heard.append(ch.action_id)).run_due()  # fmt: skip
+        Reconciler(
+            broken,
+            reg,
+            clock=clock,
+            on_change=lambda ch: heard.append(ch.action_id),
+            on_check=lambda ch: heard.append(ch.action_id),
+        ).run_due()
     assert heard == []
     assert sim.queries_for(ledger.get("c1").reconciliation_key) == 1  # it was checked
     assert {ledger.get(a).status for a in ("c1", "c2")} == {Status.AWAITING_VERIFICATION}

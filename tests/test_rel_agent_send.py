@@ -108,8 +108,11 @@ def test_a_real_mcp_client_gets_the_records_status_when_the_outcome_could_not_be
         seen: dict[str, Any] = {}
         with (tmp_path / "server.log").open("w") as log:
             async with _stdio(log, _accept) as c:
-                for tool, aid in (("sim_send", "m-send"), ("sim_notify", "m-notify"),
-                                  ("sim_book", "m-book")):  # fmt: skip
+                for tool, aid in (
+                    ("sim_send", "m-send"),
+                    ("sim_notify", "m-notify"),
+                    ("sim_book", "m-book"),
+                ):
                     lock_on_next_request(server, locker)
                     res = await c.call_tool(tool, {"action_id": aid, "params": {}})
                     locker.release()  # the agent has its answer: the other writer is done

@@ -247,8 +247,9 @@ class Throttling:
         return self.inner.execute(request)
 
     def query(self, target: QueryTarget) -> Observation:
-        return Observation(Seen.UNKNOWN, detail="unexpected reply HTTP 429",
-                           evidence={"status_code": 429})  # fmt: skip
+        return Observation(
+            Seen.UNKNOWN, detail="unexpected reply HTTP 429", evidence={"status_code": 429}
+        )
 
     def snapshot(self, operation: str, params: Any) -> Any:
         return None
@@ -336,9 +337,11 @@ def test_a_reconciler_outage_longer_than_the_budget_gives_nothing_up_early(
     show; the never-delivered ones are given up after exactly three checks."""
     conf = sim_conf(sim, verify_interval=0.3, verify_deadline=0.5, verify_min_checks=3)
     write_config(tmp_path / "settled.toml", {"sim": conf})
-    plan = {**{f"lost-{i}": "lost_after_accept" for i in range(4)},
-            **{f"late-{i}": "lag:6" for i in range(4)},
-            **{f"now-{i}": "ok" for i in range(4)}}  # fmt: skip
+    plan = {
+        **{f"lost-{i}": "lost_after_accept" for i in range(4)},
+        **{f"late-{i}": "lag:6" for i in range(4)},
+        **{f"now-{i}": "ok" for i in range(4)},
+    }
     for aid, fault in plan.items():
         sim.plan(aid, fault)
     src = tmp_path / "mails.jsonl"
@@ -400,12 +403,14 @@ def cron(db_path: Any, config: Path, *args: str) -> subprocess.CompletedProcess[
 def test_a_missing_var_under_cron_is_logged_counted_and_reaches_the_queue(
     tmp_path: Path, sim: SimServer, db_path: Any
 ) -> None:
-    config = write_config(tmp_path / "settled.toml", {"mail": mail_conf(sim, interval=0.3,
-                                                                       deadline=0.5)})  # fmt: skip
+    config = write_config(
+        tmp_path / "settled.toml", {"mail": mail_conf(sim, interval=0.3, deadline=0.5)}
+    )
     token = {"MAIL_TOKEN": "s3cret-t0ken-value"}
     for aid in ("m1", "m2"):
-        out = run_cli("dispatch", "mail", "send", "--action-id", aid, "--params", '{"to": "x"}',
-                      env=token)  # fmt: skip
+        out = run_cli(
+            "dispatch", "mail", "send", "--action-id", aid, "--params", '{"to": "x"}', env=token
+        )
         assert out.returncode == 3, out.stderr  # delivered, as the incident's mails were
     runs = []
     for _ in range(8):  # cron runs (bounded) until the records are given up

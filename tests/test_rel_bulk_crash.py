@@ -57,20 +57,32 @@ def server() -> Iterator[SimServer]:
 
 @pytest.fixture
 def config(tmp_path: Path, server: SimServer) -> Path:
-    provider = {"type": "sim", "base_url": server.url, "timeout": TIMEOUT, "attempts": 1,
-                "consistency_window": 0.0, "verify_interval": 0.05, "verify_deadline": 0.6}  # fmt: skip
+    provider = {
+        "type": "sim",
+        "base_url": server.url,
+        "timeout": TIMEOUT,
+        "attempts": 1,
+        "consistency_window": 0.0,
+        "verify_interval": 0.05,
+        "verify_deadline": 0.6,
+    }
     return write_config(
-        tmp_path / "settled.toml", {"sim": provider},
-        dispatch={"lease_grace": LEASE_GRACE, "group": GROUP}, reconcile={"lease": 0.3},
-    )  # fmt: skip
+        tmp_path / "settled.toml",
+        {"sim": provider},
+        dispatch={"lease_grace": LEASE_GRACE, "group": GROUP},
+        reconcile={"lease": 0.3},
+    )
 
 
 def _file(tmp_path: Path, tag: str) -> Path:
     src = tmp_path / f"{tag}.jsonl"
-    src.write_text("".join(
-        json.dumps({"action_id": f"{tag}-{i}", "params": {"to": f"{tag}-{i}@example.com"}}) + "\n"
-        for i in range(LINES)
-    ))  # fmt: skip
+    src.write_text(
+        "".join(
+            json.dumps({"action_id": f"{tag}-{i}", "params": {"to": f"{tag}-{i}@example.com"}})
+            + "\n"
+            for i in range(LINES)
+        )
+    )
     return src
 
 
@@ -90,9 +102,19 @@ def test_bulk_dispatch_killed_at_every_point(
         tag = f"{point.replace(':', '_')}-c{conc}"
         db, src = tmp_path / f"{tag}.db", _file(tmp_path, tag)
         runs[(point, conc)] = (tag, db, src)
-        procs[(point, conc)] = popen_cli("--db", str(db), "dispatch", "sim", "send", "--from",
-                                         str(src), "--concurrency", str(conc), "--json",
-                                         crash_at=point)  # fmt: skip
+        procs[(point, conc)] = popen_cli(
+            "--db",
+            str(db),
+            "dispatch",
+            "sim",
+            "send",
+            "--from",
+            str(src),
+            "--concurrency",
+            str(conc),
+            "--json",
+            crash_at=point,
+        )
     for case, p in procs.items():
         out, err = p.communicate(timeout=90)
         assert p.returncode == -signal.SIGKILL, (case, p.returncode, err)

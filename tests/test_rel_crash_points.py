@@ -308,9 +308,17 @@ def _ledgers_with_every_kind_of_check(
             ],
         )
         orphans[point] = popen_cli(
-            "--db", str(db), "dispatch", "sim", "send", "--action-id", f"{tag}-orphan",
-            "--params", "{}", crash_at="after_reply",
-        )  # fmt: skip
+            "--db",
+            str(db),
+            "dispatch",
+            "sim",
+            "send",
+            "--action-id",
+            f"{tag}-orphan",
+            "--params",
+            "{}",
+            crash_at="after_reply",
+        )
     for point, (code, _, err) in _communicate_all(orphans).items():
         assert code == -signal.SIGKILL, (point, err)
     time.sleep(0.5 + DISPATCH_LEASE_GRACE)  # the orphans' dispatch leases have expired

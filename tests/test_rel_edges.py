@@ -59,8 +59,9 @@ def api_ops(window: float = 0.2, not_found: str = "not_applied", **over: Any) ->
     }
 
 
-def api_config(path: Path, url: str, *, grace: float = 0.5, timeout: float = 0.5,
-               **ops: Any) -> Path:  # fmt: skip
+def api_config(
+    path: Path, url: str, *, grace: float = 0.5, timeout: float = 0.5, **ops: Any
+) -> Path:
     return write_config(
         path,
         {
@@ -127,8 +128,17 @@ def test_a_dispatcher_paused_past_its_lease_never_sends(
     a paused VM, slow DNS), woken after its lease lapsed: it must not send. Whatever a
     cron pass concluded meanwhile is then true, and `retry` sends the one effect."""
     api_config(tmp_path / "settled.toml", server.url)
-    proc = popen_cli("dispatch", "api", "send", "--params", params("p1"), "--action-id", "p1",
-                     "--json", pause_at=point)  # fmt: skip
+    proc = popen_cli(
+        "dispatch",
+        "api",
+        "send",
+        "--params",
+        params("p1"),
+        "--action-id",
+        "p1",
+        "--json",
+        pause_at=point,
+    )
     try:
         wait_stopped(proc.pid)
         assert status_of("p1") == "IN_FLIGHT"
@@ -217,13 +227,23 @@ def test_an_absence_seen_before_the_request_could_land_proves_nothing(
     relay = DelayingRelay((host, int(port)), delay=1.2)
     try:
         api_config(tmp_path / "settled.toml", f"http://127.0.0.1:{relay.port}", grace=1.0)
-        write_config(tmp_path / "check.toml", {"api": {
-            "type": "http", "base_url": server.url, "timeout": 0.5, "operations": api_ops()}},
-            dispatch={"lease_grace": 1.0})  # fmt: skip
+        write_config(
+            tmp_path / "check.toml",
+            {
+                "api": {
+                    "type": "http",
+                    "base_url": server.url,
+                    "timeout": 0.5,
+                    "operations": api_ops(),
+                }
+            },
+            dispatch={"lease_grace": 1.0},
+        )
         out = run_cli("dispatch", "api", "send", "--params", params("d1"), "--action-id", "d1")
         assert out.returncode == 4, out.stderr  # timed out: unresolved, to be reconciled
-        seen = reconcile_until("d1", {"CONFIRMED", "FAILED"}, 8.0,
-                               "--config", str(tmp_path / "check.toml"))  # fmt: skip
+        seen = reconcile_until(
+            "d1", {"CONFIRMED", "FAILED"}, 8.0, "--config", str(tmp_path / "check.toml")
+        )
     finally:
         relay.close()
     assert seen == "CONFIRMED" and server.effects_for("d1") == 1
@@ -287,8 +307,15 @@ def test_a_late_reply_that_contradicts_failed_is_flagged_and_blocks_retry(
         with pytest.raises(TransitionNotAllowed, match="contradicts"):
             d.retry("late")
         assert len(server.requests_for("late")) == 1  # nothing was sent again
-        fixed = resolve(ledger, "late", applied=True, reason="the provider has it", by="ops",
-                        now=clock.now(), evidence="GET /v1/effects")  # fmt: skip
+        fixed = resolve(
+            ledger,
+            "late",
+            applied=True,
+            reason="the provider has it",
+            by="ops",
+            now=clock.now(),
+            evidence="GET /v1/effects",
+        )
         assert fixed.status is Status.CONFIRMED and fixed.contradiction is None
         assert fixed.confirmed_by == "operator:ops"
         check(ledger, server, ids=["late"], final=True)
@@ -311,8 +338,9 @@ def test_a_contradiction_makes_the_audit_report_debt(
             reconciler.run_ids(["late"])
 
         registry.add(LateReply(registry.provider("api"), meanwhile))
-        Dispatcher(ledger, registry, clock=clock, settings=DispatchSettings(lease_grace=1.0)
-                   ).submit("api", "send", json.loads(params("late")), action_id="late")  # fmt: skip
+        Dispatcher(
+            ledger, registry, clock=clock, settings=DispatchSettings(lease_grace=1.0)
+        ).submit("api", "send", json.loads(params("late")), action_id="late")
     finally:
         registry.close()
     write_config(tmp_path / "settled.toml", {"api": conf})
@@ -337,13 +365,20 @@ def test_a_contradiction_makes_the_audit_report_debt(
 def test_a_config_change_never_rewrites_what_an_action_was_recorded_as(
     tmp_path: Path, ledger: Ledger, server: SimServer
 ) -> None:
-    blind = {"notify": {"tier": "blind", "attempts": 1,
-                        "request": {"method": "POST", "path": "/v1/book"}}}  # fmt: skip
-    full = {"notify": {"tier": "full", "attempts": 1,
-                       "request": {"method": "POST", "path": "/v1/book"}}}  # fmt: skip
+    blind = {
+        "notify": {
+            "tier": "blind",
+            "attempts": 1,
+            "request": {"method": "POST", "path": "/v1/book"},
+        }
+    }
+    full = {
+        "notify": {"tier": "full", "attempts": 1, "request": {"method": "POST", "path": "/v1/book"}}
+    }
     with Registry({"api": {"type": "http", "base_url": server.url, "operations": blind}}) as reg:
-        Dispatcher(ledger, reg).submit("api", "notify", json.loads(params("b1")), action_id="b1",
-                                       needs_confirmation=True)  # fmt: skip
+        Dispatcher(ledger, reg).submit(
+            "api", "notify", json.loads(params("b1")), action_id="b1", needs_confirmation=True
+        )
     with Registry({"api": {"type": "http", "base_url": server.url, "operations": full}}) as reg:
         report = Dispatcher(ledger, reg).confirm("b1")
     rec = ledger.get("b1")
@@ -352,8 +387,10 @@ def test_a_config_change_never_rewrites_what_an_action_was_recorded_as(
     assert "blind" in (rec.reason or "") and report.record is not None
     assert rec.declared is not None and rec.declared.tier == "blind"
     # show says the config differs from what the action was recorded with
-    write_config(tmp_path / "settled.toml", {"api": {"type": "http", "base_url": server.url,
-                                                      "operations": full}})  # fmt: skip
+    write_config(
+        tmp_path / "settled.toml",
+        {"api": {"type": "http", "base_url": server.url, "operations": full}},
+    )
     data = json.loads(run_cli("show", "b1", "--json").stdout)
     assert "tier: blind → full" in data["config_changes"]
     human = run_cli("show", "b1")
@@ -376,8 +413,9 @@ def test_a_query_removed_from_the_config_strands_nothing(ledger: Ledger, server:
     }
     server.plan("s1", "lag:0.2")
     with Registry({"api": with_query}) as reg:
-        Dispatcher(ledger, reg, clock=clock).submit("api", "send", json.loads(params("s1")),
-                                                   action_id="s1")  # fmt: skip
+        Dispatcher(ledger, reg, clock=clock).submit(
+            "api", "send", json.loads(params("s1")), action_id="s1"
+        )
     assert ledger.get("s1").status is Status.AWAITING_VERIFICATION
     with Registry({"api": no_query}) as reg:
         for _ in range(5):
@@ -406,12 +444,17 @@ def faketime(offset: str) -> dict[str, str]:
     leaving the monotonic and boot-time clocks alone, as a real clock step does."""
     lib = next((str(p) for p in Path("/usr/lib").glob("*/faketime/libfaketime.so.1")), None)
     assert lib is not None
-    return {"LD_PRELOAD": lib, "FAKETIME": offset, "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-            "FAKETIME_NO_CACHE": "1"}  # fmt: skip
+    return {
+        "LD_PRELOAD": lib,
+        "FAKETIME": offset,
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "FAKETIME_NO_CACHE": "1",
+    }
 
 
-needs_faketime = pytest.mark.skipif(FAKETIME is None, reason="libfaketime is not installed "
-                                    "(Debian package faketime)")  # fmt: skip
+needs_faketime = pytest.mark.skipif(
+    FAKETIME is None, reason="libfaketime is not installed (Debian package faketime)"
+)
 
 
 @needs_faketime
@@ -436,8 +479,10 @@ def test_a_forward_step_does_not_spend_a_verification_budget(
 ) -> None:
     api_config(tmp_path / "settled.toml", server.url, window=0.0, not_found="pending")
     server.plan("f2", "lag:3")
-    assert run_cli("dispatch", "api", "send", "--params", params("f2"),
-                   "--action-id", "f2").returncode == 3  # fmt: skip
+    assert (
+        run_cli("dispatch", "api", "send", "--params", params("f2"), "--action-id", "f2").returncode
+        == 3
+    )
     assert run_cli("reconcile", "--due", env=faketime("+1h")).returncode == 0
     assert status_of("f2") == "AWAITING_VERIFICATION"
     assert reconcile_until("f2", {"CONFIRMED"}, 8.0) == "CONFIRMED"
@@ -457,8 +502,12 @@ def test_a_backward_step_does_not_stall_the_daemon(tmp_path: Path, server: SimSe
         time.sleep(1.0)
         stamp.write_text("-1h\n")
         server.plan("b1", "lag:0.5")
-        assert run_cli("dispatch", "api", "send", "--params", params("b1"),
-                       "--action-id", "b1").returncode == 3  # fmt: skip
+        assert (
+            run_cli(
+                "dispatch", "api", "send", "--params", params("b1"), "--action-id", "b1"
+            ).returncode
+            == 3
+        )
         deadline = time.monotonic() + 10
         while status_of("b1") != "CONFIRMED" and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -478,8 +527,12 @@ def test_a_backward_step_does_not_stall_the_daemon(tmp_path: Path, server: SimSe
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip()}")
     try:
@@ -504,10 +557,32 @@ def test_a_disk_full_after_the_send_says_it_was_sent(
 ) -> None:
     db = small_disk / "ledger.db"
     api_config(tmp_path / "settled.toml", server.url, grace=30.0)
-    assert run_cli("--db", str(db), "dispatch", "api", "send", "--params", params("w0"),
-                   "--action-id", "w0").returncode == 3  # fmt: skip
-    proc = popen_cli("--db", str(db), "dispatch", "api", "send", "--params", params("w1"),
-                     "--action-id", "w1", pause_at="after_claim")  # fmt: skip
+    assert (
+        run_cli(
+            "--db",
+            str(db),
+            "dispatch",
+            "api",
+            "send",
+            "--params",
+            params("w0"),
+            "--action-id",
+            "w0",
+        ).returncode
+        == 3
+    )
+    proc = popen_cli(
+        "--db",
+        str(db),
+        "dispatch",
+        "api",
+        "send",
+        "--params",
+        params("w1"),
+        "--action-id",
+        "w1",
+        pause_at="after_claim",
+    )
     try:
         wait_stopped(proc.pid)
         fill(small_disk)
@@ -570,18 +645,43 @@ def test_a_ledger_readable_by_others_is_tightened(tmp_path: Path) -> None:
 def test_a_read_only_mount_is_read_only_not_corrupt(tmp_path: Path, server: SimServer) -> None:
     mount = tmp_path / "ro"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:
         db = mount / "ledger.db"
         api_config(tmp_path / "settled.toml", server.url)
-        assert run_cli("--db", str(db), "dispatch", "api", "send", "--params", params("r1"),
-                       "--action-id", "r1").returncode == 3  # fmt: skip
+        assert (
+            run_cli(
+                "--db",
+                str(db),
+                "dispatch",
+                "api",
+                "send",
+                "--params",
+                params("r1"),
+                "--action-id",
+                "r1",
+            ).returncode
+            == 3
+        )
         subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
-        out = run_cli("--db", str(db), "dispatch", "api", "send", "--params", params("r2"),
-                      "--action-id", "r2")  # fmt: skip
+        out = run_cli(
+            "--db",
+            str(db),
+            "dispatch",
+            "api",
+            "send",
+            "--params",
+            params("r2"),
+            "--action-id",
+            "r2",
+        )
         assert out.returncode == 1 and "corrupt" not in out.stderr
         assert "read-only" in out.stderr or "cannot" in out.stderr, out.stderr
         assert server.requests_for("r2") == []

@@ -77,8 +77,9 @@ def assert_clean(code: int, out: str, err: str, argv: tuple[str, ...] | list[str
 
 
 @pytest.fixture
-def env(tmp_path: Path, sim: SimServer, monkeypatch: pytest.MonkeyPatch,
-        location: Path) -> dict[str, Any]:  # fmt: skip
+def env(
+    tmp_path: Path, sim: SimServer, monkeypatch: pytest.MonkeyPatch, location: Path
+) -> dict[str, Any]:
     """A ledger with a few records in each state, a config pointing at the sim, and
     the working directory in tmp (so no fuzzed path lands in the repository)."""
     monkeypatch.chdir(tmp_path)

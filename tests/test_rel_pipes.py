@@ -20,8 +20,14 @@ from support import ROOT, command
 from settled import Ledger
 from settled.providers.sim_server import SimServer
 
-EXIT = {"CONFIRMED": 0, "AWAITING_VERIFICATION": 3, "IN_FLIGHT": 3, "PENDING": 3,
-        "DENIED_UNRESOLVED": 4, "FAILED": 5}  # fmt: skip
+EXIT = {
+    "CONFIRMED": 0,
+    "AWAITING_VERIFICATION": 3,
+    "IN_FLIGHT": 3,
+    "PENDING": 3,
+    "DENIED_UNRESOLVED": 4,
+    "FAILED": 5,
+}
 
 
 def closed_stdout(*args: str, stdin: bytes = b"") -> tuple[int, str]:
@@ -119,9 +125,16 @@ def test_from_into_a_closed_stdout_stops_reading_and_records_every_line_it_read(
 ) -> None:
     n = 150  # more than one claim group
     code, err = closed_stdout(
-        "dispatch", "sim", "send", "--from", "-", "--json", "--concurrency", concurrency,
+        "dispatch",
+        "sim",
+        "send",
+        "--from",
+        "-",
+        "--json",
+        "--concurrency",
+        concurrency,
         stdin=_lines("b", n),
-    )  # fmt: skip
+    )
     line = one_line(err)
     assert "stdout was closed after 0 of" in line, line
     with Ledger.open(os.environ["SETTLED_DB"]) as led:
@@ -147,8 +160,12 @@ def test_the_lines_a_closed_stdout_never_read_are_sent_by_a_rerun(
     closed_stdout("dispatch", "sim", "send", "--from", "-", "--json", stdin=data)
     p = subprocess.run(
         command(("dispatch", "sim", "send", "--from", "-", "--json"), None),
-        input=data, capture_output=True, cwd=ROOT, timeout=120, env=dict(os.environ),
-    )  # fmt: skip
+        input=data,
+        capture_output=True,
+        cwd=ROOT,
+        timeout=120,
+        env=dict(os.environ),
+    )
     assert p.returncode in (3, 5), p.stderr
     out: list[dict[str, Any]] = [json.loads(x) for x in p.stdout.splitlines()]
     assert out[-1]["lines"] == 150

@@ -56,9 +56,11 @@ def _assert_safe(question: str, params: dict[str, Any]) -> None:
     # Nothing in the text can hide, move or reorder what is around it ...
     bad = [c for c in question if not c.isprintable() and c != " "]
     assert not bad, [unicodedata.name(c, hex(ord(c))) for c in bad]
-    assert not any(unicodedata.bidirectional(c) in ("RLO", "LRO", "RLE", "LRE", "PDF",
-                                                    "RLI", "LRI", "FSI", "PDI")
-                   for c in question)  # fmt: skip
+    assert not any(
+        unicodedata.bidirectional(c)
+        in ("RLO", "LRO", "RLE", "LRE", "PDF", "RLI", "LRI", "FSI", "PDI")
+        for c in question
+    )
     # ... it says so, and what it shows is exactly what is recorded and sent.
     assert question.endswith(HIDDEN_NOTE), question
     assert _params_shown(question) == params
@@ -84,8 +86,16 @@ def test_the_mcp_question_a_person_reads_shows_every_spoof_escaped(
     for name, to in SPOOFS.items():
         params = {"to": to, "subject": "Invoice"}
         # Recorded for a person's confirmation, as a shell or another agent would.
-        p = run_cli("dispatch", "sim", "book", "--needs-confirmation", "--action-id",
-                    f"q-{name}", "--params", json.dumps(params))  # fmt: skip
+        p = run_cli(
+            "dispatch",
+            "sim",
+            "book",
+            "--needs-confirmation",
+            "--action-id",
+            f"q-{name}",
+            "--params",
+            json.dumps(params),
+        )
         assert p.returncode == 3, p.stderr
         calls[name] = params
 
@@ -145,8 +155,13 @@ def test_a_long_question_says_how_much_it_leaves_out(sim_config: Path, sim: SimS
 @pytest.mark.skipif(not tmux_available(), reason="tmux is not installed")
 def test_the_resolve_question_on_a_terminal_says_what_it_escaped(db_path: Path) -> None:
     with Ledger.open(db_path) as led:
-        add(led, "r-1", provider="mail", operation="send",
-            reason="bounce for evil\u202e@moc.elpmaxe")  # fmt: skip
+        add(
+            led,
+            "r-1",
+            provider="mail",
+            operation="send",
+            reason="bounce for evil\u202e@moc.elpmaxe",
+        )
         add(led, "r-2", provider="mail", operation="send", reason="ann\u009b2J gone")
     screen = run_in_terminal(
         ["resolve", "--provider", "mail", "--not-applied", "--reason", "bounced"],

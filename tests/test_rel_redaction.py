@@ -21,15 +21,36 @@ from settled.providers._wire import Redactor, excerpt
 # What a token in an env var looks like: visible characters, no control characters
 # (those are refused at load), long enough to be a secret.
 SECRETS = st.text(
-    alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x2FFF,
-                           blacklist_categories=("Cc", "Cf", "Cs", "Zs", "Zl", "Zp")),
-    min_size=8, max_size=48,
-).filter(lambda s: len(set(s)) >= 4)  # fmt: skip
+    alphabet=st.characters(
+        min_codepoint=0x21,
+        max_codepoint=0x2FFF,
+        blacklist_categories=("Cc", "Cf", "Cs", "Zs", "Zl", "Zp"),
+    ),
+    min_size=8,
+    max_size=48,
+).filter(lambda s: len(set(s)) >= 4)
 
 HOSTILE_PIECES = [
-    "[/]", "[bold]", "[reverse]boom", "\x1b[2J", "\x1b[1A\x1b[2K", "\x1b]0;title\x07",
-    "\u202e", "\u2066", "\x00", "\r\n", "\t", "\\", '"', "'", "%", "+", "&", "é", "🚀",
-]  # fmt: skip
+    "[/]",
+    "[bold]",
+    "[reverse]boom",
+    "\x1b[2J",
+    "\x1b[1A\x1b[2K",
+    "\x1b]0;title\x07",
+    "\u202e",
+    "\u2066",
+    "\x00",
+    "\r\n",
+    "\t",
+    "\\",
+    '"',
+    "'",
+    "%",
+    "+",
+    "&",
+    "é",
+    "🚀",
+]
 HOSTILE = st.lists(
     st.one_of(st.sampled_from(HOSTILE_PIECES), st.text(max_size=40)), max_size=12
 ).map("".join)
@@ -56,10 +77,19 @@ def windows(secret: str, size: int = 8) -> set[str]:
     return {secret[i : i + size] for i in range(len(secret) - size + 1)}
 
 
-@settings(max_examples=scaled(300), deadline=None, derandomize=budget() <= 1,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])  # fmt: skip
-@given(secret=SECRETS, before=HOSTILE, after=HOSTILE, encoding=st.sampled_from(sorted(ENCODINGS)),
-       filler=st.integers(0, 400))  # fmt: skip
+@settings(
+    max_examples=scaled(300),
+    deadline=None,
+    derandomize=budget() <= 1,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(
+    secret=SECRETS,
+    before=HOSTILE,
+    after=HOSTILE,
+    encoding=st.sampled_from(sorted(ENCODINGS)),
+    filler=st.integers(0, 400),
+)
 def test_no_form_of_a_secret_survives_redaction(
     secret: str, before: str, after: str, encoding: str, filler: int
 ) -> None:
@@ -73,10 +103,19 @@ def test_no_form_of_a_secret_survives_redaction(
     assert out.isprintable()  # one line, no cursor movement, no bidi override
 
 
-@settings(max_examples=scaled(200), deadline=None, derandomize=budget() <= 1,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])  # fmt: skip
-@given(secret=SECRETS, before=HOSTILE, after=HOSTILE, limit=st.integers(1, 300),
-       encoding=st.sampled_from(sorted(ENCODINGS)))  # fmt: skip
+@settings(
+    max_examples=scaled(200),
+    deadline=None,
+    derandomize=budget() <= 1,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(
+    secret=SECRETS,
+    before=HOSTILE,
+    after=HOSTILE,
+    limit=st.integers(1, 300),
+    encoding=st.sampled_from(sorted(ENCODINGS)),
+)
 def test_a_cut_reply_keeps_no_piece_of_a_secret(
     secret: str, before: str, after: str, limit: int, encoding: str
 ) -> None:
@@ -89,8 +128,11 @@ def test_a_cut_reply_keeps_no_piece_of_a_secret(
 
 
 @settings(max_examples=scaled(100), deadline=None, derandomize=budget() <= 1)
-@given(user=st.text(alphabet="abcdefghijklmnop", min_size=1, max_size=12), password=SECRETS,
-       before=HOSTILE)  # fmt: skip
+@given(
+    user=st.text(alphabet="abcdefghijklmnop", min_size=1, max_size=12),
+    password=SECRETS,
+    before=HOSTILE,
+)
 def test_the_basic_auth_token_is_redacted_with_the_password(
     user: str, password: str, before: str
 ) -> None:

@@ -382,8 +382,11 @@ FIXED = {
 def test_every_spelling_is_redacted_for_a_sas_token(
     setup: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for var, value in (("SAS", FIXED["sas"]), ("MAIL_TOKEN", FIXED["token"]),
-                       ("VAULT_PASSWORD", FIXED["password"])):  # fmt: skip
+    for var, value in (
+        ("SAS", FIXED["sas"]),
+        ("MAIL_TOKEN", FIXED["token"]),
+        ("VAULT_PASSWORD", FIXED["password"]),
+    ):
         monkeypatch.setenv(var, value)
     run = Runs()
     ids = []

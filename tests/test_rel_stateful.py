@@ -406,8 +406,15 @@ class LedgerMachine(RuleBasedStateMachine):
         if not applied or not queryable or any(r["fault"].startswith("lag") for r in applied):
             return
         with pytest.raises(TransitionNotAllowed) as refused:
-            resolve(self.ledger, aid, applied=False, reason="not seen", by=who,
-                    now=self.clock.now(), registry=self.registry)  # fmt: skip
+            resolve(
+                self.ledger,
+                aid,
+                applied=False,
+                reason="not seen",
+                by=who,
+                now=self.clock.now(),
+                registry=self.registry,
+            )
         after = self.ledger.get(aid)
         assert after.status is not Status.FAILED, (aid, refused.value)
         if isinstance(refused.value, EffectVisible):
@@ -431,8 +438,15 @@ class LedgerMachine(RuleBasedStateMachine):
         if self._status(aid) is not Status.DENIED_UNRESOLVED:  # repeated under its key
             return aid
         with pytest.raises(EffectVisible):
-            resolve(self.ledger, aid, applied=False, reason="bounced?", by="carol",
-                    now=self.clock.now(), registry=self.registry)  # fmt: skip
+            resolve(
+                self.ledger,
+                aid,
+                applied=False,
+                reason="bounced?",
+                by="carol",
+                now=self.clock.now(),
+                registry=self.registry,
+            )
         assert self._status(aid) is Status.CONFIRMED
         if retry_too:
             with pytest.raises(TransitionNotAllowed):
@@ -554,9 +568,13 @@ class LedgerMachine(RuleBasedStateMachine):
             # In turn, so that what a crash leaves recorded (the bundle) is the same on
             # every run of an example: from a pool, how far the claims got is timing.
             concurrency = 1
-        d = Dispatcher(self.ledger, self.registry, clock=self.clock,
-                       settings=DispatchSettings(lease_grace=2.0, backoff=0.05, group=2),
-                       actor="bulk")  # fmt: skip
+        d = Dispatcher(
+            self.ledger,
+            self.registry,
+            clock=self.clock,
+            settings=DispatchSettings(lease_grace=2.0, backoff=0.05, group=2),
+            actor="bulk",
+        )
         self.provider.mode = crash
         try:
             results = list(d.submit_many("sim", op, lines, concurrency=concurrency))
@@ -698,8 +716,9 @@ class LedgerMachine(RuleBasedStateMachine):
         if hasattr(self, "sim"):
             check(self.ledger, self.sim, ids=self.ids, dedupes=self.dedupe, final=False)
             assert no_second_effect_after_a_verdict(self.ledger, self.sim) == []
-            STATS["contradictions"] = contradictions_block_retry(self.ledger, self.dispatcher,
-                                                                 self.sim)  # fmt: skip
+            STATS["contradictions"] = contradictions_block_retry(
+                self.ledger, self.dispatcher, self.sim
+            )
             STATS["steps_checked"] += 1
 
 

@@ -87,8 +87,11 @@ def test_a_late_effect_refuses_the_verdict_and_the_retry_sends_nothing(
     assert rec["status"] == "CONFIRMED" and rec["confirmed_by"] == "reconciliation"
     last = rec["events"][-1]
     assert (last["kind"], last["from_status"], last["to_status"], last["actor"]) == (
-        "reconciled", "DENIED_UNRESOLVED", "CONFIRMED", "recheck",
-    )  # fmt: skip
+        "reconciled",
+        "DENIED_UNRESOLVED",
+        "CONFIRMED",
+        "recheck",
+    )
     assert "resolve --not-applied" in last["detail"]["recheck_for"]
     assert not [e for e in rec["events"] if e["kind"] == "resolved"]  # no verdict recorded
     retry = run_cli("retry", "dup-1")
@@ -120,8 +123,10 @@ def test_no_recheck_records_the_verdict_and_retry_still_checks_first(
     assert rec["confirmed_by"] == "reconciliation" and rec["acceptance"] == "ACCEPTED"
     fixed = rec["events"][-1]
     assert (fixed["kind"], fixed["from_status"], fixed["to_status"]) == (
-        "reconciled", "FAILED", "CONFIRMED",
-    )  # fmt: skip
+        "reconciled",
+        "FAILED",
+        "CONFIRMED",
+    )
     assert sim.effects_for("dup-2") == 1 and len(sim.requests_for("dup-2")) == 1
     invariants(db_path, sim)  # the correction by evidence is in the transition table
 
@@ -207,8 +212,9 @@ def test_bulk_resolve_checks_each_record_and_reports_which_were_refused(
     preview = run_cli("resolve", "--provider", "sim", "--not-applied", "--reason", "b", "--dry-run")
     assert preview.returncode == 0
     assert preview.stdout.count("FAILED unless a check sees it") == 2
-    out = run_cli("resolve", "--provider", "sim", "--not-applied", "--reason", "bounced", "--yes",
-                  "--json")  # fmt: skip
+    out = run_cli(
+        "resolve", "--provider", "sim", "--not-applied", "--reason", "bounced", "--yes", "--json"
+    )
     assert out.returncode == 7, out.stderr
     rows = {r["action_id"]: r for r in json.loads(out.stdout)}
     assert rows["m-lost"]["resolved"] is True and rows["m-lost"]["status"] == "FAILED"
@@ -236,8 +242,9 @@ class Throttled:
         return self.inner.execute(request)
 
     def query(self, target: QueryTarget) -> Observation:
-        return Observation(Seen.UNKNOWN, detail="unexpected reply HTTP 429",
-                           evidence={"status_code": 429})  # fmt: skip
+        return Observation(
+            Seen.UNKNOWN, detail="unexpected reply HTTP 429", evidence={"status_code": 429}
+        )
 
     def snapshot(self, operation: str, params: Any) -> Any:
         return None

@@ -175,8 +175,11 @@ def test_listing_takes_the_queue_selectors(client: Any) -> None:
 def test_resolve_names_the_person_and_the_token(client: Any) -> None:
     dispatch(client, "r-1", op="notify")
     dispatch(client, "r-2", op="notify")
-    r = client.post(path_of("r-1") + "/resolve", json={"applied": True, "reason": "customer replied"},
-                    headers=auth("ops"))  # fmt: skip
+    r = client.post(
+        path_of("r-1") + "/resolve",
+        json={"applied": True, "reason": "customer replied"},
+        headers=auth("ops"),
+    )
     assert r.status_code == 200 and r.json()["status"] == "CONFIRMED"
     assert r.json()["confirmed_by"] == "operator:api:ops"
     r2 = client.post(
@@ -196,14 +199,27 @@ def test_resolve_names_the_person_and_the_token(client: Any) -> None:
         last["actor"] == "operator:alice via api:app" and last["detail"]["evidence"] == "ticket 9"
     )
     before = dump()
-    is_problem(client.post(path_of("r-1") + "/resolve", json={"applied": False, "reason": "x"},
-                           headers=auth("ops")), 409)  # fmt: skip
-    for body in ({"applied": True}, {"applied": True, "reason": ""}, {"applied": "yes", "reason": "x"},
-                 {"applied": True, "reason": "x", "by": " bob"}, {"applied": True, "reason": "x", "extra": 1},
-                 {"applied": True, "reason": "x", "no_recheck": "no"}):  # fmt: skip
+    is_problem(
+        client.post(
+            path_of("r-1") + "/resolve", json={"applied": False, "reason": "x"}, headers=auth("ops")
+        ),
+        409,
+    )
+    for body in (
+        {"applied": True},
+        {"applied": True, "reason": ""},
+        {"applied": "yes", "reason": "x"},
+        {"applied": True, "reason": "x", "by": " bob"},
+        {"applied": True, "reason": "x", "extra": 1},
+        {"applied": True, "reason": "x", "no_recheck": "no"},
+    ):
         is_problem(client.post(path_of("r-2") + "/resolve", json=body, headers=auth("ops")), 422)
-    is_problem(client.post(path_of("gone") + "/resolve", json={"applied": True, "reason": "x"},
-                           headers=auth("ops")), 404)  # fmt: skip
+    is_problem(
+        client.post(
+            path_of("gone") + "/resolve", json={"applied": True, "reason": "x"}, headers=auth("ops")
+        ),
+        404,
+    )
     assert dump() == before
 
 
@@ -242,8 +258,9 @@ def test_stats_count_status_by_provider_and_operation(client: Any) -> None:
     assert data["total"] == 3
     assert data["by_status"] == {"CONFIRMED": 2, "DENIED_UNRESOLVED": 1}
     assert sorted((c["status"], c["operation"], c["count"]) for c in data["counts"]) == [
-        ("CONFIRMED", "book", 2), ("DENIED_UNRESOLVED", "notify", 1)
-    ]  # fmt: skip
+        ("CONFIRMED", "book", 2),
+        ("DENIED_UNRESOLVED", "notify", 1),
+    ]
     only = client.get(
         "/api/v1/stats", params={"operation": "notify"}, headers=auth("reader")
     ).json()
@@ -260,8 +277,14 @@ def test_malformed_and_oversized_bodies_are_refused_before_anything(
     h = {**auth("sender"), "content-type": "application/json"}
     for raw in (b"{", b'{"provider": NaN}', b"\xff\xfe", b'{"a": 1e999}', b'"\\ud800"'):
         is_problem(client.post("/api/v1/actions", content=raw, headers=h), 400)
-    is_problem(client.post("/api/v1/actions", content=b"provider=sim", headers={**auth("sender"),
-               "content-type": "application/x-www-form-urlencoded"}), 415)  # fmt: skip
+    is_problem(
+        client.post(
+            "/api/v1/actions",
+            content=b"provider=sim",
+            headers={**auth("sender"), "content-type": "application/x-www-form-urlencoded"},
+        ),
+        415,
+    )
     big = {"provider": "sim", "operation": "book", "action_id": "big", "params": {"x": "y" * 5000}}
     is_problem(client.post("/api/v1/actions", json=big, headers=auth("sender")), 413)
 
@@ -272,11 +295,15 @@ def test_malformed_and_oversized_bodies_are_refused_before_anything(
         yield b'"}}'
 
     is_problem(client.post("/api/v1/actions", content=chunks(), headers=h), 413)
-    for body in ({"operation": "book", "action_id": "x"}, {"provider": "sim", "operation": "book"},
-                 {"provider": "sim", "operation": "book", "action_id": "x", "params": []},
-                 {"provider": "sim", "operation": "book", "action_id": "x", "surprise": 1},
-                 {"provider": "nope", "operation": "book", "action_id": "x"},
-                 {"provider": "sim", "operation": "nope", "action_id": "x"}, []):  # fmt: skip
+    for body in (
+        {"operation": "book", "action_id": "x"},
+        {"provider": "sim", "operation": "book"},
+        {"provider": "sim", "operation": "book", "action_id": "x", "params": []},
+        {"provider": "sim", "operation": "book", "action_id": "x", "surprise": 1},
+        {"provider": "nope", "operation": "book", "action_id": "x"},
+        {"provider": "sim", "operation": "nope", "action_id": "x"},
+        [],
+    ):
         is_problem(client.post("/api/v1/actions", json=body, headers=auth("sender")), 422)
     assert dump() == before
     assert sim.truth()["requests"] == []
@@ -294,9 +321,16 @@ def test_openapi_description_needs_no_token(client: Any) -> None:
     assert r.status_code == 200
     doc = r.json()
     assert doc["openapi"] == "3.1.0" and doc["servers"] == [{"url": "/api/v1"}]
-    assert set(doc["paths"]) == {"/openapi.json", "/actions", "/actions/{id}", "/actions/{id}/confirm",
-                                 "/actions/{id}/resolve", "/actions/{id}/retry", "/actions/{id}/reconcile",
-                                 "/stats"}  # fmt: skip
+    assert set(doc["paths"]) == {
+        "/openapi.json",
+        "/actions",
+        "/actions/{id}",
+        "/actions/{id}/confirm",
+        "/actions/{id}/resolve",
+        "/actions/{id}/retry",
+        "/actions/{id}/reconcile",
+        "/stats",
+    }
 
 
 def test_health_and_metrics_need_no_token(client: Any) -> None:

@@ -39,8 +39,11 @@ def client(tmp_path: Path, sim: SimServer, monkeypatch: pytest.MonkeyPatch) -> I
     write_serve_config(tmp_path / "settled.toml", sim, hosts=["settled.example.com"])
     with in_process() as (c, lines):
         c.lines = lines
-        r = c.post("/api/v1/actions", headers=auth("app"),
-                   json={"provider": "sim", "operation": "notify", "action_id": "seed", "params": {}})  # fmt: skip
+        r = c.post(
+            "/api/v1/actions",
+            headers=auth("app"),
+            json={"provider": "sim", "operation": "notify", "action_id": "seed", "params": {}},
+        )
         assert r.status_code == 201
         yield c
 
@@ -63,8 +66,13 @@ GUARDED = [e.op for e in ENDPOINTS if e.op.roles]
 @pytest.mark.parametrize("op", GUARDED, ids=lambda o: o.operation_id)
 def test_every_route_refuses_a_missing_or_wrong_token(client: Any, op: Any) -> None:
     before = records()
-    for headers in ({}, {"Authorization": "Bearer " + "x" * 20}, {"Authorization": "Basic " + "o" * 20},
-                    {"Authorization": "Bearer"}, {"Authorization": TOKENS["ops"][0]}):  # fmt: skip
+    for headers in (
+        {},
+        {"Authorization": "Bearer " + "x" * 20},
+        {"Authorization": "Basic " + "o" * 20},
+        {"Authorization": "Bearer"},
+        {"Authorization": TOKENS["ops"][0]},
+    ):
         r = call(client, op.method, op.path, headers)
         assert r.status_code == 401, (headers, r.text)
         assert r.headers["www-authenticate"].startswith('Bearer realm="settled"')
@@ -117,13 +125,27 @@ def test_no_token_and_no_header_value_ever_reaches_the_log(client: Any) -> None:
 
 @pytest.mark.parametrize(
     "host",
-    ["evil.example", "127.0.0.1:9999", "localhost:1", "settled.example.com.evil", "127.0.0.2:8780", "",
-     "127.0.0.1:8780@evil", "a b"],
-)  # fmt: skip
+    [
+        "evil.example",
+        "127.0.0.1:9999",
+        "localhost:1",
+        "settled.example.com.evil",
+        "127.0.0.2:8780",
+        "",
+        "127.0.0.1:8780@evil",
+        "a b",
+    ],
+)
 def test_a_host_it_does_not_answer_to_is_misdirected(client: Any, host: str) -> None:
     before = records()
-    for method, path in (("GET", "/healthz"), ("GET", "/metrics"), ("GET", "/api/v1/openapi.json"),
-                         ("GET", "/api/v1/actions"), ("POST", "/api/v1/actions"), ("POST", "/mcp")):  # fmt: skip
+    for method, path in (
+        ("GET", "/healthz"),
+        ("GET", "/metrics"),
+        ("GET", "/api/v1/openapi.json"),
+        ("GET", "/api/v1/actions"),
+        ("POST", "/api/v1/actions"),
+        ("POST", "/mcp"),
+    ):
         r = client.request(method, path, headers={**auth("app"), "Host": host})
         assert r.status_code in (400, 421), (method, path, r.status_code)
         assert r.headers["content-type"].startswith("application/problem+json")
@@ -146,9 +168,16 @@ def test_the_hosts_it_answers_to(client: Any, host: str) -> None:
 
 @pytest.mark.parametrize(
     "origin",
-    ["http://evil.example", "null", "https://127.0.0.1:8780", "http://127.0.0.1:8781", "http://localhost:8780",
-     "file://", "http://127.0.0.1:8780.evil"],
-)  # fmt: skip
+    [
+        "http://evil.example",
+        "null",
+        "https://127.0.0.1:8780",
+        "http://127.0.0.1:8781",
+        "http://localhost:8780",
+        "file://",
+        "http://127.0.0.1:8780.evil",
+    ],
+)
 def test_a_write_from_another_origin_is_forbidden(client: Any, origin: str) -> None:
     before = records()
     for op in [e.op for e in ENDPOINTS if e.op.method == "POST"]:
@@ -164,8 +193,11 @@ def test_a_write_from_another_origin_is_forbidden(client: Any, origin: str) -> N
 
 
 def test_a_same_origin_write_is_served(client: Any) -> None:
-    r = client.post(path_of("seed") + "/resolve", json={"applied": True, "reason": "seen"},
-                    headers={**auth("ops"), "Origin": "http://127.0.0.1:8780"})  # fmt: skip
+    r = client.post(
+        path_of("seed") + "/resolve",
+        json={"applied": True, "reason": "seen"},
+        headers={**auth("ops"), "Origin": "http://127.0.0.1:8780"},
+    )
     assert r.status_code == 200, r.text
 
 
@@ -184,9 +216,16 @@ def test_openapi_health_and_metrics_need_no_token(client: Any) -> None:
 
 
 def test_mcp_needs_a_dispatch_token_once_tokens_are_configured(client: Any) -> None:
-    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                       "clientInfo": {"name": "t", "version": "1"}}}  # fmt: skip
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
     accept = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
     assert client.post("/mcp", json=init, headers=accept).status_code == 401
     assert client.post("/mcp", json=init, headers={**accept, **auth("reader")}).status_code == 403
@@ -203,9 +242,16 @@ def test_without_tokens_the_api_refuses_every_call(tmp_path: Path, sim: SimServe
             assert r.status_code == 401 and "no API tokens" in r.json()["detail"]
         assert c.get("/api/v1/openapi.json").status_code == 200
         assert c.get("/healthz").status_code == 200
-        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                           "clientInfo": {"name": "t", "version": "1"}}}  # fmt: skip
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        }
         r = c.post("/mcp", json=init, headers={"Accept": "application/json, text/event-stream"})
         assert r.status_code == 200  # loopback without tokens: open, as `settled mcp --http`
 
@@ -245,8 +291,16 @@ def test_token_secrets_are_checked_at_start(
 
 def test_two_tokens_with_one_secret_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("T_A", "z" * 20)
-    cfg = from_dict({"serve": {"tokens": {"a": {"secret": "${T_A}", "roles": ["read"]},
-                                          "b": {"secret": "${T_A}", "roles": ["read"]}}}})  # fmt: skip
+    cfg = from_dict(
+        {
+            "serve": {
+                "tokens": {
+                    "a": {"secret": "${T_A}", "roles": ["read"]},
+                    "b": {"secret": "${T_A}", "roles": ["read"]},
+                }
+            }
+        }
+    )
     with pytest.raises(ConfigError, match="same secret"):
         Tokens.from_config(cfg)
 
@@ -260,13 +314,22 @@ def test_two_tokens_with_one_secret_are_refused(monkeypatch: pytest.MonkeyPatch)
         ({"max_body": 2**40}, "serve.max_body must be at most"),
         ({"hosts": "a.example"}, "serve.hosts must be a list"),
         ({"trusted_proxies": ["127.0.0.1"]}, "serve.trusted_proxies: unknown key"),
-        ({"tokens": {"x": {"secret": "plain-text-secret", "roles": ["read"]}}}, "must name an environment variable"),
-        ({"tokens": {"x": {"secret": "${X}", "roles": []}}}, "serve.tokens.x.roles: must be a non-empty list"),
+        (
+            {"tokens": {"x": {"secret": "plain-text-secret", "roles": ["read"]}}},
+            "must name an environment variable",
+        ),
+        (
+            {"tokens": {"x": {"secret": "${X}", "roles": []}}},
+            "serve.tokens.x.roles: must be a non-empty list",
+        ),
         ({"tokens": {"x": {"secret": "${X}", "roles": ["admin"]}}}, "read, dispatch, operate"),
-        ({"tokens": {"x": {"secret": "${X}", "roles": ["read"], "scope": 1}}}, "serve.tokens.x.scope: unknown key"),
+        (
+            {"tokens": {"x": {"secret": "${X}", "roles": ["read"], "scope": 1}}},
+            "serve.tokens.x.scope: unknown key",
+        ),
         ({"tokens": {"bad name": {"secret": "${X}", "roles": ["read"]}}}, "a token name is"),
     ],
-)  # fmt: skip
+)
 def test_serve_config_mistakes_are_one_line_naming_file_and_key(
     serve: dict[str, Any], message: str
 ) -> None:

@@ -27,8 +27,11 @@ def test_a_locked_ledger_is_a_503_that_changes_nothing(
         other = sqlite3.connect(os.environ["SETTLED_DB"], isolation_level=None, timeout=0)
         try:
             other.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
-            r = c.post("/api/v1/actions", headers=auth("sender"),
-                       json={"provider": "sim", "operation": "book", "action_id": "busy-1"})  # fmt: skip
+            r = c.post(
+                "/api/v1/actions",
+                headers=auth("sender"),
+                json={"provider": "sim", "operation": "book", "action_id": "busy-1"},
+            )
             assert r.status_code == 503, r.text
             assert r.headers["content-type"].startswith("application/problem+json")
             assert r.headers["retry-after"] == "1" and "nothing was changed" in r.json()["detail"]
@@ -46,8 +49,11 @@ def test_a_locked_ledger_is_a_503_that_changes_nothing(
             and errors[0]["error"] == "LedgerBusy"
             and errors[0]["route"] == "/api/v1/actions"
         )
-        again = c.post("/api/v1/actions", headers=auth("sender"),
-                       json={"provider": "sim", "operation": "book", "action_id": "busy-1"})  # fmt: skip
+        again = c.post(
+            "/api/v1/actions",
+            headers=auth("sender"),
+            json={"provider": "sim", "operation": "book", "action_id": "busy-1"},
+        )
         assert again.status_code == 201 and len(sim.requests_for("busy-1")) == 1
 
 

@@ -57,8 +57,11 @@ def api_schema(tmp_path: Path, sim: SimServer, monkeypatch: pytest.MonkeyPatch) 
 
         with TestClient(app, base_url="http://testserver") as seed:  # what positive cases can find
             for aid, op in (("order-42-mail", "notify"), ("seen", "book"), ("sent", "send")):
-                r = seed.post("/api/v1/actions", headers=auth("app"),
-                              json={"provider": "sim", "operation": op, "action_id": aid})  # fmt: skip
+                r = seed.post(
+                    "/api/v1/actions",
+                    headers=auth("app"),
+                    json={"provider": "sim", "operation": op, "action_id": aid},
+                )
                 assert r.status_code == 201, r.text
             yield schemathesis.openapi.from_asgi("/api/v1/openapi.json", app), seed
     finally:
@@ -71,8 +74,12 @@ def cases() -> list[tuple[str, str]]:
     from settled.serve.api import ENDPOINTS
 
     ops = [f"{e.op.method} {e.op.path}" for e in ENDPOINTS]
-    return [(m, o) for m in ("positive", "negative") for o in ops
-            if m == "positive" or o != "GET /openapi.json"]  # fmt: skip
+    return [
+        (m, o)
+        for m in ("positive", "negative")
+        for o in ops
+        if m == "positive" or o != "GET /openapi.json"
+    ]
 
 
 # The fuzzing is driven through schemathesis's strategies with Hypothesis directly, and

@@ -25,9 +25,16 @@ from settled.providers.sim_server import SimServer
 from settled.storage import Ledger
 
 MARK = "body-text-that-must-never-be-logged"
-TABLE = {"scheme": "standard-webhooks", "secret": "${STD_HOOK_SECRET}",
-         "names": "provider_object_id", "key": "/data/id", "status": "/data/status",
-         "applied": ["delivered"], "not_applied": ["bounced"], "delivered": ["sent"]}  # fmt: skip
+TABLE = {
+    "scheme": "standard-webhooks",
+    "secret": "${STD_HOOK_SECRET}",
+    "names": "provider_object_id",
+    "key": "/data/id",
+    "status": "/data/status",
+    "applied": ["delivered"],
+    "not_applied": ["bounced"],
+    "delivered": ["sent"],
+}
 ENV = {"STD_HOOK_SECRET": STD_SECRET}
 
 
@@ -58,8 +65,11 @@ def transitions(url: str) -> dict[tuple[str, str, str], float]:
 @pytest.fixture
 def service(tmp_path: Path, sim: SimServer) -> Iterator[Running]:
     reader = {"secret": f"${{{env_name('reader')}}}", "roles": ["read"]}
-    write_config(tmp_path / "settled.toml", {"sim": {**sim_conf(sim), "callbacks": TABLE}},
-                 **{"serve.tokens.reader": reader})  # fmt: skip
+    write_config(
+        tmp_path / "settled.toml",
+        {"sim": {**sim_conf(sim), "callbacks": TABLE}},
+        **{"serve.tokens.reader": reader},
+    )
     with process(env=ENV) as svc:
         yield svc
 
@@ -94,11 +104,15 @@ def test_refused_callbacks_change_nothing_and_are_counted_and_logged(
         ("tampered body", 401, "bad_signature", {"content": tampered, "headers": signed}),
         ("stale", 401, "stale", {"content": good, "headers": stale}),
         ("future", 401, "stale", {"content": good, "headers": future}),
-        ("malformed", 400, "malformed",
-         {"content": unreadable, "headers": std_headers(unreadable, ts=now(), msg_id="msg_bad")}),
+        (
+            "malformed",
+            400,
+            "malformed",
+            {"content": unreadable, "headers": std_headers(unreadable, ts=now(), msg_id="msg_bad")},
+        ),
         ("announced too large", 413, "too_large", {"content": huge, "headers": signed}),
         ("streamed too large", 413, "too_large", {"content": chunks(), "headers": signed}),
-    ]  # fmt: skip
+    ]
     with httpx.Client(timeout=60) as c:
         for what, code, _reason, kw in cases:
             r = c.post(url, **kw)
@@ -116,10 +130,15 @@ def test_refused_callbacks_change_nothing_and_are_counted_and_logged(
 
         counts = callback_counts(service.url)
         assert MARK not in c.get(f"{service.url}/metrics").text
-        assert counts == {("sim", "bad_signature"): 3, ("sim", "stale"): 2,
-                          ("sim", "malformed"): 1, ("sim", "too_large"): 2,
-                          ("-", "unknown_provider"): 1, ("sim", "method"): 1,
-                          ("-", "method"): 1}  # fmt: skip
+        assert counts == {
+            ("sim", "bad_signature"): 3,
+            ("sim", "stale"): 2,
+            ("sim", "malformed"): 1,
+            ("sim", "too_large"): 2,
+            ("-", "unknown_provider"): 1,
+            ("sim", "method"): 1,
+            ("-", "method"): 1,
+        }
 
         # the same body, signed and fresh, is evidence: it moves the record and counts
         r = c.post(url, content=good, headers=std_headers(good, ts=now(), msg_id="msg_ok"))
@@ -148,12 +167,20 @@ def test_refused_callbacks_change_nothing_and_are_counted_and_logged(
     hooks = [e for e in lines if e["route"] == "/hooks/{provider}"]
     reasons = [(e["status"], e["callback"]["reason"], e["callback"]["provider"]) for e in hooks]
     assert reasons == [
-        (401, "bad_signature", "sim"), (401, "bad_signature", "sim"),
-        (401, "bad_signature", "sim"), (401, "stale", "sim"), (401, "stale", "sim"),
-        (400, "malformed", "sim"), (413, "too_large", "sim"), (413, "too_large", "sim"),
-        (404, "unknown_provider", "-"), (405, "method", "sim"), (405, "method", "-"),
-        (200, "matched", "sim"), (200, "duplicate", "sim"),
-    ]  # fmt: skip
+        (401, "bad_signature", "sim"),
+        (401, "bad_signature", "sim"),
+        (401, "bad_signature", "sim"),
+        (401, "stale", "sim"),
+        (401, "stale", "sim"),
+        (400, "malformed", "sim"),
+        (413, "too_large", "sim"),
+        (413, "too_large", "sim"),
+        (404, "unknown_provider", "-"),
+        (405, "method", "sim"),
+        (405, "method", "-"),
+        (200, "matched", "sim"),
+        (200, "duplicate", "sim"),
+    ]
     logged = json.dumps(service.seen)
     assert MARK not in logged and STD_SECRET not in logged
     assert STD_SECRET.removeprefix("whsec_") not in logged

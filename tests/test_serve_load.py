@@ -36,9 +36,15 @@ from settled.providers.sim_server import SimServer
 IN_FLIGHT = 200
 MAX_DISPATCHES = 20_000
 MIN_ROUNDS = 2  # per worker, whatever the time: 400 requests, 250 of them dispatches
-CALLBACKS = {"scheme": "standard-webhooks", "secret": "${LOAD_HOOK_SECRET}",
-             "names": "provider_object_id", "key": "/data/id", "status": "/data/status",
-             "applied": ["delivered"], "not_applied": ["bounced"]}  # fmt: skip
+CALLBACKS = {
+    "scheme": "standard-webhooks",
+    "secret": "${LOAD_HOOK_SECRET}",
+    "names": "provider_object_id",
+    "key": "/data/id",
+    "status": "/data/status",
+    "applied": ["delivered"],
+    "not_applied": ["bounced"],
+}
 OK = {"dispatch 201", "callback 200", "show 200", "list 200", "stats 200"}
 
 
@@ -51,8 +57,9 @@ def signed(object_id: str, msg_id: str) -> tuple[bytes, dict[str, str]]:
     """The sim's callback for a receipt, as a Standard Webhooks sender signs it."""
     import json
 
-    body = json.dumps({"type": "effect.status", "data": {"id": object_id,
-                                                         "status": "delivered"}}).encode()  # fmt: skip
+    body = json.dumps(
+        {"type": "effect.status", "data": {"id": object_id, "status": "delivered"}}
+    ).encode()
     return body, std_headers(body, msg_id=msg_id, ts=datetime.now(UTC))
 
 
@@ -98,8 +105,11 @@ def test_two_hundred_calls_and_callbacks_at_once_lose_nothing(service: Any, sim:
 
             async def dispatch(aid: str, operation: str) -> dict[str, Any] | None:
                 sent.append(aid)
-                r = await c.post("/api/v1/actions", headers=auth("sender"), json={
-                    "provider": "sim", "operation": operation, "action_id": aid})  # fmt: skip
+                r = await c.post(
+                    "/api/v1/actions",
+                    headers=auth("sender"),
+                    json={"provider": "sim", "operation": operation, "action_id": aid},
+                )
                 codes[f"dispatch {r.status_code}"] += 1
                 if r.status_code != 201:
                     return None
@@ -111,8 +121,9 @@ def test_two_hundred_calls_and_callbacks_at_once_lose_nothing(service: Any, sim:
             async def worker(w: int) -> None:
                 # at least MIN_ROUNDS each, however slow the machine: every kind is seen
                 for rounds in range(10**9):
-                    if rounds >= MIN_ROUNDS and (time.monotonic() >= stop
-                                                 or len(sent) >= MAX_DISPATCHES):  # fmt: skip
+                    if rounds >= MIN_ROUNDS and (
+                        time.monotonic() >= stop or len(sent) >= MAX_DISPATCHES
+                    ):
                         break
                     n = next(counter)
                     kind = n % 8
@@ -138,9 +149,11 @@ def test_two_hundred_calls_and_callbacks_at_once_lose_nothing(service: Any, sim:
                         assert got == {"received": 1, "pending": 1}, got
                     elif done:
                         what = ("show", "list", "stats")[n % 3]
-                        path = {"show": path_of(done[n % len(done)]),
-                                "list": "/api/v1/actions?status=all&limit=20",
-                                "stats": "/api/v1/stats"}[what]  # fmt: skip
+                        path = {
+                            "show": path_of(done[n % len(done)]),
+                            "list": "/api/v1/actions?status=all&limit=20",
+                            "stats": "/api/v1/stats",
+                        }[what]
                         r = await c.get(path, headers=auth("reader"))
                         codes[f"{what} {r.status_code}"] += 1
 
@@ -153,8 +166,11 @@ def test_two_hundred_calls_and_callbacks_at_once_lose_nothing(service: Any, sim:
         asyncio.run(run())
     except BaseException:
         svc.stop()
-        print([e for e in svc.rest()
-               if e.get("event") != "request" or e.get("status", 200) >= 500][-20:])  # fmt: skip
+        print(
+            [e for e in svc.rest() if e.get("event") != "request" or e.get("status", 200) >= 500][
+                -20:
+            ]
+        )
         raise
     assert svc.stop() == 0
     assert set(codes) <= OK, codes  # no 5xx, no refusal
@@ -174,12 +190,13 @@ def test_two_hundred_calls_and_callbacks_at_once_lose_nothing(service: Any, sim:
             assert [e.kind for e in led.events(aid)].count("callback") == 1, aid
         # the callbacks table: one row per event id posted, whatever became of it
         figures = led.callback_figures()["sim"]
-        assert (figures.matched, figures.pending, figures.expired) == (
-            len(called), len(orphans), 0)  # fmt: skip
+        assert (figures.matched, figures.pending, figures.expired) == (len(called), len(orphans), 0)
     assert statuses == Counter({"CONFIRMED": len(sent)})
     reads = sum(v for k, v in codes.items() if not k.startswith(("dispatch", "callback")))
-    print(f"{len(sent)} dispatches, {codes['callback 200']} callbacks ({redelivered} "
-          f"redelivered, {len(orphans)} kept) and {reads} reads in {seconds():g} s")  # fmt: skip
+    print(
+        f"{len(sent)} dispatches, {codes['callback 200']} callbacks ({redelivered} "
+        f"redelivered, {len(orphans)} kept) and {reads} reads in {seconds():g} s"
+    )
 
 
 def _callbacks_total(text: str) -> Counter[str]:

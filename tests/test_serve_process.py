@@ -119,8 +119,16 @@ def test_a_confirm_race_between_real_processes_sends_once(config: Path, sim: Sim
     same action at once: one claim wins, one request reaches the provider."""
     sim.plan("race-1", "latency:0.5")  # the winner's call is slow: the others arrive meanwhile
     with process() as a, process() as b, httpx.Client(timeout=60) as c:
-        r = c.post(a.url + "/api/v1/actions", headers=auth("app"), json={
-            "provider": "sim", "operation": "book", "action_id": "race-1", "needs_confirmation": True})  # fmt: skip
+        r = c.post(
+            a.url + "/api/v1/actions",
+            headers=auth("app"),
+            json={
+                "provider": "sim",
+                "operation": "book",
+                "action_id": "race-1",
+                "needs_confirmation": True,
+            },
+        )
         assert r.status_code == 201 and r.json()["outcome"] == "recorded"
         path = path_of("race-1") + "/confirm"
         procs = [
@@ -165,8 +173,13 @@ def test_sigterm_lets_the_request_in_hand_finish(config: Path, sim: SimServer) -
 
         def slow() -> None:
             with httpx.Client(base_url=svc.url, timeout=60) as c:
-                got.append(post(c, "/api/v1/actions", json={
-                    "provider": "sim", "operation": "book", "action_id": "slow-1"}))  # fmt: skip
+                got.append(
+                    post(
+                        c,
+                        "/api/v1/actions",
+                        json={"provider": "sim", "operation": "book", "action_id": "slow-1"},
+                    )
+                )
 
         t = threading.Thread(target=slow)
         t.start()
@@ -316,10 +329,15 @@ def test_config_and_environment_mistakes_stop_it_at_start(tmp_path: Path, sim: S
     line = refused("--listen", "127.0.0.1:0", env={"SETTLED_TEST_TOKEN_OPS": ""})
     assert "serve.tokens.ops.secret" in line and "at least 16" in line
     env = {k: v for k, v in os.environ.items() if k != "SETTLED_TEST_TOKEN_OPS"}
-    p = subprocess.run([sys.executable, "-m", "settled", "serve", "--listen", "127.0.0.1:0"],
-                       capture_output=True, text=True, env={**env, **{k: v for k, v in token_env().items()
-                                                             if k != "SETTLED_TEST_TOKEN_OPS"}},
-                       timeout=120, cwd=str(ROOT), check=False)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-m", "settled", "serve", "--listen", "127.0.0.1:0"],
+        capture_output=True,
+        text=True,
+        env={**env, **{k: v for k, v in token_env().items() if k != "SETTLED_TEST_TOKEN_OPS"}},
+        timeout=120,
+        cwd=str(ROOT),
+        check=False,
+    )
     assert p.returncode == 1 and "SETTLED_TEST_TOKEN_OPS is not set" in p.stderr
     assert refused("--listen", "nowhere").endswith("use HOST:PORT, e.g. 127.0.0.1:8780")
     (tmp_path / "settled.toml").write_text("[serve]\nlisten = 'x:y'\n")

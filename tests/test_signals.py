@@ -56,8 +56,9 @@ def test_a_signal_during_dispatch_wait_prints_the_record_and_exits_by_its_status
     slow_config: Path, sim: SimServer, sig: signal.Signals
 ) -> None:
     sim.plan("w-1", "lost_after_accept")
-    proc = popen_cli("dispatch", "sim", "send", "--action-id", "w-1", "--wait",
-                     "--wait-timeout", "60")  # fmt: skip
+    proc = popen_cli(
+        "dispatch", "sim", "send", "--action-id", "w-1", "--wait", "--wait-timeout", "60"
+    )
     assert proc.stderr is not None
     first = proc.stderr.readline()  # the wait has begun: the request left and was accepted
     assert first.startswith("--wait: w-1 is AWAITING_VERIFICATION"), first
@@ -101,8 +102,10 @@ def db_exists(location: Any) -> bool:
 
 
 def test_sigterm_during_confirm_wait_prints_the_record(slow_config: Path, sim: SimServer) -> None:
-    assert run_cli("dispatch", "sim", "send", "--action-id", "c-1",
-                   "--needs-confirmation").returncode == 3  # fmt: skip
+    assert (
+        run_cli("dispatch", "sim", "send", "--action-id", "c-1", "--needs-confirmation").returncode
+        == 3
+    )
     sim.plan("c-1", "lost_after_accept")
     proc = popen_cli("confirm", "c-1", "--wait", "--wait-timeout", "60")
     assert proc.stderr is not None

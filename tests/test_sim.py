@@ -429,8 +429,12 @@ def test_config_defaults(client: httpx.Client) -> None:
 
 def test_verify_is_a_table_as_in_the_other_types_or_its_flat_keys(client: httpx.Client) -> None:
     table = {"base_url": "http://x", "verify": {"interval": 1, "deadline": 9, "min_checks": 4}}
-    flat = {"base_url": "http://x", "verify_interval": 1, "verify_deadline": 9,
-            "verify_min_checks": 4}  # fmt: skip
+    flat = {
+        "base_url": "http://x",
+        "verify_interval": 1,
+        "verify_deadline": 9,
+        "verify_min_checks": 4,
+    }
     for conf in (table, flat):
         spec = sim.create("s", conf, client).operations()["send"]
         assert (spec.verify_interval, spec.verify_deadline, spec.verify_min_checks) == (1, 9, 4)

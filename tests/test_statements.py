@@ -44,8 +44,17 @@ def test_each_statement_renders_with_the_same_parameters_in_both_dialects(
 
 
 def test_a_moves_update_is_guarded_alike_in_both_dialects() -> None:
-    m = Move("a", Status.IN_FLIGHT, Status.AWAITING_VERIFICATION, "t", "me",
-             EventKind.OUTCOME, values={"reason": "r"}, owner="me", attempt=2)  # fmt: skip
+    m = Move(
+        "a",
+        Status.IN_FLIGHT,
+        Status.AWAITING_VERIFICATION,
+        "t",
+        "me",
+        EventKind.OUTCOME,
+        values={"reason": "r"},
+        owner="me",
+        attempt=2,
+    )
     lite, args = statements.move_update(m, SQLITE)
     pg, pg_args = statements.move_update(m, PG)
     assert lite == (
@@ -80,8 +89,14 @@ def _set(ledger: Ledger, aid: str, **values: object) -> None:
 def test_rivals_read_alike_on_both_backends(ledger: Ledger) -> None:
     same = {"to": "same"}
     for i, aid in enumerate(["target", "sent", "seen-before", "seen-after", "unsent", "other"]):
-        add(ledger, aid, params={"to": "else"} if aid == "other" else same, age=600 - i,
-            status=Status.PENDING if aid == "unsent" else Status.DENIED_UNRESOLVED, now=NOW)  # fmt: skip
+        add(
+            ledger,
+            aid,
+            params={"to": "else"} if aid == "other" else same,
+            age=600 - i,
+            status=Status.PENDING if aid == "unsent" else Status.DENIED_UNRESOLVED,
+            now=NOW,
+        )
     _set(ledger, "target", dispatched_at=_at(-100))
     _set(ledger, "seen-before", confirmed_at=_at(-200))  # observed before the target was sent
     _set(ledger, "seen-after", confirmed_at=_at(-50))

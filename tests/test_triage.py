@@ -53,8 +53,10 @@ def closed_port() -> int:
 def configure(tmp: Path, sim: SimServer, *, mail_reachable: bool) -> None:
     fast = {"verify_interval": 0.1, "verify_deadline": 1.0, "timeout": 2.0}
     mail_url = sim.url if mail_reachable else f"http://127.0.0.1:{closed_port()}"
-    write_config(tmp / "settled.toml",
-                 {"sim": sim_conf(sim, **fast), "mail": sim_conf(sim, base_url=mail_url, **fast)})  # fmt: skip
+    write_config(
+        tmp / "settled.toml",
+        {"sim": sim_conf(sim, **fast), "mail": sim_conf(sim, base_url=mail_url, **fast)},
+    )
 
 
 def ok(out: Any) -> Any:
@@ -84,8 +86,17 @@ def test_an_incident_triaged_one_command_at_a_time(
         assert run_cli("dispatch", "sim", "notify", "--action-id", f"notice-{i}").returncode == 4
     for (provider, fault), _n in PLAN.items():  # the lagged ones last: their clock runs first
         file = tmp_path / f"{provider}-{fault.split(':')[0]}.jsonl"
-        out = run_cli("dispatch", provider, "send", "--from", str(file), "--concurrency", "8",
-                      "--json", timeout=BOUND)  # fmt: skip
+        out = run_cli(
+            "dispatch",
+            provider,
+            "send",
+            "--from",
+            str(file),
+            "--concurrency",
+            "8",
+            "--json",
+            timeout=BOUND,
+        )
         assert out.returncode in (0, 3, 4), out.stderr[-2000:]  # pending and unresolved lines
 
     # -- the outage: mail's query API is unreachable while every budget runs out -------
@@ -102,11 +113,17 @@ def test_an_incident_triaged_one_command_at_a_time(
     first = stats()
     assert first["total"] == sum(PLAN.values()) + BLIND
     reasons = {r["reason"]: r for r in first["reasons"]}
-    not_yet = [r for g, r in reasons.items() if g.startswith("verification budget spent after #")
-               and "last: not_yet" in g]  # fmt: skip
+    not_yet = [
+        r
+        for g, r in reasons.items()
+        if g.startswith("verification budget spent after #") and "last: not_yet" in g
+    ]
     # rule 15: the mail sends were never checked at all, and say so (not "not yet")
-    refused = [r for g, r in reasons.items() if g.startswith("could not be checked after #")
-               and "ConnectError" in g]  # fmt: skip
+    refused = [
+        r
+        for g, r in reasons.items()
+        if g.startswith("could not be checked after #") and "ConnectError" in g
+    ]
     assert len(refused) == 1 and refused[0]["count"] == 100, list(reasons)  # one group
     assert refused[0]["by_status"] == {"DENIED_UNRESOLVED": 100}
     lag_left = sum(r["count"] for r in not_yet) - 70  # lost ones, and lagged ones not seen yet
@@ -122,8 +139,11 @@ def test_an_incident_triaged_one_command_at_a_time(
     configure(tmp_path, sim, mail_reachable=True)
     outage = ok(run_cli("queue", "--match", "connecterror", "-o", "name")).stdout
     assert sorted(outage.split()) == sorted(groups["mail-ok"] + groups["mail-5xx_after"])
-    checked = ok(run_cli("reconcile", "-", "--yes", "--concurrency", "8", "--json", input=outage,
-                         timeout=BOUND))  # fmt: skip
+    checked = ok(
+        run_cli(
+            "reconcile", "-", "--yes", "--concurrency", "8", "--json", input=outage, timeout=BOUND
+        )
+    )
     moved = {c["action_id"]: c["to"] for c in json.loads(checked.stdout)["changes"]}
     assert moved == dict.fromkeys(outage.split(), "CONFIRMED")  # every one had applied
 
@@ -139,8 +159,20 @@ def test_an_incident_triaged_one_command_at_a_time(
     planned = [line.split("\t") for line in preview.stdout.splitlines()[1:]]
     assert {p[0] for p in planned} >= set(groups["sim-lost_after_accept"])
     assert all(p[4] == "checked now" for p in planned)
-    swept = ok(run_cli("reconcile", "--provider", "sim", "--operation", "send", "--yes",
-                       "--concurrency", "8", "--json", timeout=BOUND))  # fmt: skip
+    swept = ok(
+        run_cli(
+            "reconcile",
+            "--provider",
+            "sim",
+            "--operation",
+            "send",
+            "--yes",
+            "--concurrency",
+            "8",
+            "--json",
+            timeout=BOUND,
+        )
+    )
     report = json.loads(swept.stdout)
     confirmed = {c["action_id"] for c in report["changes"] if c["to"] == "CONFIRMED"}
     assert confirmed <= set(lagged) and len(confirmed) == lag_left
@@ -148,18 +180,46 @@ def test_an_incident_triaged_one_command_at_a_time(
     # -- 4. what no evidence will settle: a person's verdict, by selectors ---------------------
     left = ok(run_cli("queue", "--provider", "sim", "--operation", "send", "-o", "name")).stdout
     assert sorted(left.split()) == sorted(groups["sim-lost_after_accept"])
-    dry = ok(run_cli("resolve", "--provider", "sim", "--operation", "send", "--not-applied",
-                     "--reason", "lost by the provider after accepting it", "--dry-run"))  # fmt: skip
+    dry = ok(
+        run_cli(
+            "resolve",
+            "--provider",
+            "sim",
+            "--operation",
+            "send",
+            "--not-applied",
+            "--reason",
+            "lost by the provider after accepting it",
+            "--dry-run",
+        )
+    )
     assert "--dry-run: nothing recorded (70 would be)" in dry.stderr
-    done = ok(run_cli("resolve", "--provider", "sim", "--operation", "send", "--not-applied",
-                      "--reason", "lost by the provider after accepting it", "--yes"))  # fmt: skip
+    done = ok(
+        run_cli(
+            "resolve",
+            "--provider",
+            "sim",
+            "--operation",
+            "send",
+            "--not-applied",
+            "--reason",
+            "lost by the provider after accepting it",
+            "--yes",
+        )
+    )
     assert "recorded 70 verdict(s); 0 skipped" in done.stderr
 
     # -- the truth ------------------------------------------------------------------------
     last = stats()
     assert last["checks_failing_now"] == 0  # the outage's failed checks were made again
-    assert last["by_status"] == {"PENDING": 0, "IN_FLIGHT": 0, "AWAITING_VERIFICATION": 0,
-                                 "CONFIRMED": 230, "FAILED": 70, "DENIED_UNRESOLVED": BLIND}  # fmt: skip
+    assert last["by_status"] == {
+        "PENDING": 0,
+        "IN_FLIGHT": 0,
+        "AWAITING_VERIFICATION": 0,
+        "CONFIRMED": 230,
+        "FAILED": 70,
+        "DENIED_UNRESOLVED": BLIND,
+    }
     with Ledger.open(location, create=False) as led:
         for group, aids in groups.items():
             applied = group != "sim-lost_after_accept"

@@ -29,8 +29,15 @@ def _populate(where: Any, sim: SimServer) -> None:
     sim.plan("lost", "lost_after_accept")
     sim.plan("bounced", "bounce")
     sim.plan("rejected", "reject")
-    for aid, op in [("booked", "book"), ("sent", "send"), ("lost", "send"), ("bounced", "send"),
-                    ("rejected", "book"), ("blind", "notify"), ("partial", "deliver")]:  # fmt: skip
+    for aid, op in [
+        ("booked", "book"),
+        ("sent", "send"),
+        ("lost", "send"),
+        ("bounced", "send"),
+        ("rejected", "book"),
+        ("blind", "notify"),
+        ("partial", "deliver"),
+    ]:
         done = run_cli("dispatch", "sim", op, "--action-id", aid, env=env)
         assert done.returncode in (0, 3, 4, 5), done.stderr
     assert run_cli("reconcile", "--due", env=env).returncode == 0
@@ -89,8 +96,17 @@ def test_a_status_changed_behind_settleds_back_is_refused_by_the_database(db_pat
     with Ledger.open(db_path) as led:
         led.record(new_record("a-1"), actor="t")
         led.move(move("a-1", Status.PENDING, Status.IN_FLIGHT, lease_owner="d"))
-        led.move(move("a-1", Status.IN_FLIGHT, Status.CONFIRMED, EventKind.OUTCOME,
-                      acceptance="ACCEPTED", delivery="DELIVERED", confirmed_by="provider"))  # fmt: skip
+        led.move(
+            move(
+                "a-1",
+                Status.IN_FLIGHT,
+                Status.CONFIRMED,
+                EventKind.OUTCOME,
+                acceptance="ACCEPTED",
+                delivery="DELIVERED",
+                confirmed_by="provider",
+            )
+        )
     before = rawdb.dump(db_path)
     if rawdb.is_pg(db_path):
         with _app_role(db_path) as app:  # the role settled runs as: refused at its commit
@@ -116,31 +132,48 @@ def test_a_status_changed_behind_settleds_back_is_refused_by_the_database(db_pat
 
 @pytest.mark.parametrize(
     ("column", "value", "says"),
-    [("acceptance", "REJECTED", "ACCEPTED"), ("confirmed_by", None, "who confirmed it"),
-     ("attempt", 2, "1"), ("confirmed_by", "mallory", "provider"), ("delivery", "PENDING", None)],
-)  # fmt: skip
+    [
+        ("acceptance", "REJECTED", "ACCEPTED"),
+        ("confirmed_by", None, "who confirmed it"),
+        ("attempt", 2, "1"),
+        ("confirmed_by", "mallory", "provider"),
+        ("delivery", "PENDING", None),
+    ],
+)
 def test_what_the_database_cannot_refuse_verify_finds(
     db_path: Any, column: str, value: Any, says: str | None
 ) -> None:
     with Ledger.open(db_path) as led:
         led.record(new_record("fine"), actor="t")
         led.record(new_record("a-1"), actor="t")
-        led.move(move("a-1", Status.PENDING, Status.IN_FLIGHT, lease_owner="d",
-                      delivery="IN_FLIGHT"))  # fmt: skip
-        led.move(move("a-1", Status.IN_FLIGHT, Status.CONFIRMED, EventKind.OUTCOME,
-                      acceptance="ACCEPTED", delivery="DELIVERED", confirmed_by="provider"))  # fmt: skip
+        led.move(
+            move("a-1", Status.PENDING, Status.IN_FLIGHT, lease_owner="d", delivery="IN_FLIGHT")
+        )
+        led.move(
+            move(
+                "a-1",
+                Status.IN_FLIGHT,
+                Status.CONFIRMED,
+                EventKind.OUTCOME,
+                acceptance="ACCEPTED",
+                delivery="DELIVERED",
+                confirmed_by="provider",
+            )
+        )
     if column == "delivery":  # a claimed record that says it was never sent
         with Ledger.open(db_path) as led:
             led.record(new_record("a-2"), actor="t")
-            led.move(move("a-2", Status.PENDING, Status.IN_FLIGHT, lease_owner="d",
-                          delivery="IN_FLIGHT"))  # fmt: skip
+            led.move(
+                move("a-2", Status.PENDING, Status.IN_FLIGHT, lease_owner="d", delivery="IN_FLIGHT")
+            )
         target, says = "a-2", "IN_FLIGHT"
     else:
         target = "a-1"
 
     def tamper(where: str) -> None:
-        rawdb.execute(where, f"UPDATE actions SET {column} = ? WHERE action_id = ?",
-                      (value, target))  # fmt: skip
+        rawdb.execute(
+            where, f"UPDATE actions SET {column} = ? WHERE action_id = ?", (value, target)
+        )
 
     if rawdb.is_pg(db_path):
         with _app_role(db_path) as app:

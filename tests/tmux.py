@@ -106,8 +106,14 @@ class Terminal:
     """A command in a live terminal, for tests that act while it runs (``--watch``):
     ``wait_for(text)`` until the screen shows it, ``send(*keys)``, ``screen()``."""
 
-    def __init__(self, args: list[str], *, width: int = 120, height: int = 40,
-                 env: dict[str, str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        args: list[str],
+        *,
+        width: int = 120,
+        height: int = 40,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.sock = f"settled-test-{uuid.uuid4().hex[:8]}"
         self.base = ["tmux", "-L", self.sock]
         full_env = {**os.environ, **(env or {})}
@@ -122,13 +128,32 @@ class Terminal:
             if k.startswith(("SETTLED_", "XDG_", "PATH", "HOME", "PYTHON"))
         )
         script = f"cd {shlex.quote(str(ROOT))} && env {envs} {cmd}; echo; echo {DONE}$?; sleep 600"
-        subprocess.run([*self.base, "new-session", "-d", "-x", str(width), "-y", str(height),
-                        "bash", "--norc", "-c", script], check=True, env=full_env)  # fmt: skip
+        subprocess.run(
+            [
+                *self.base,
+                "new-session",
+                "-d",
+                "-x",
+                str(width),
+                "-y",
+                str(height),
+                "bash",
+                "--norc",
+                "-c",
+                script,
+            ],
+            check=True,
+            env=full_env,
+        )
 
     def screen(self) -> str:
         """What the pane shows now (its visible part)."""
-        out = subprocess.run([*self.base, "capture-pane", "-p", "-t", "0"],
-                             capture_output=True, text=True, check=False)  # fmt: skip
+        out = subprocess.run(
+            [*self.base, "capture-pane", "-p", "-t", "0"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         return out.stdout
 
     def wait_for(self, text: str, timeout: float = 60) -> str:
@@ -145,8 +170,12 @@ class Terminal:
 
     def pid(self) -> int:
         """The command's process (the pane runs bash, whose child it is)."""
-        out = subprocess.run([*self.base, "list-panes", "-F", "#{pane_pid}"],
-                             capture_output=True, text=True, check=True)  # fmt: skip
+        out = subprocess.run(
+            [*self.base, "list-panes", "-F", "#{pane_pid}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         shell = int(out.stdout.split()[0])
         kids = Path(f"/proc/{shell}/task/{shell}/children").read_text().split()
         return int(kids[0])
@@ -179,11 +208,21 @@ class InteractiveShell:
         self.base = ["tmux", "-L", f"settled-sh-{uuid.uuid4().hex[:8]}"]
         self._marks = 0
         subprocess.run(
-            [*self.base, "new-session", "-d", "-x", "220", "-y", "50", "-c", str(cwd),
-             *SHELLS[shell]],
+            [
+                *self.base,
+                "new-session",
+                "-d",
+                "-x",
+                "220",
+                "-y",
+                "50",
+                "-c",
+                str(cwd),
+                *SHELLS[shell],
+            ],
             check=True,
             env=env,
-        )  # fmt: skip
+        )
         subprocess.run([*self.base, "set-option", "-g", "history-limit", "10000"], check=False)
 
     def type(self, text: str) -> None:

@@ -165,10 +165,18 @@ def _item(  # noqa: PLR0913  (one argument per part of the event's identity)
     if event_id is None or len(event_id) > 2 * MAX_KEY:
         return Item(None, "malformed")
     cb = Callback(
-        provider=cfg.provider, event_id=event_id, scheme=cfg.scheme, names=cfg.names,
-        key=key, status=status, reported=reported, digest=digest, received_at=at,
-        expires_at=expires, item=index,
-    )  # fmt: skip
+        provider=cfg.provider,
+        event_id=event_id,
+        scheme=cfg.scheme,
+        names=cfg.names,
+        key=key,
+        status=status,
+        reported=reported,
+        digest=digest,
+        received_at=at,
+        expires_at=expires,
+        item=index,
+    )
     return Item(cb)
 
 

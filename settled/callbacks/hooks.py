@@ -103,9 +103,13 @@ class Hooks:
 
     @classmethod
     def from_config(
-        cls, ledger: Ledger, config: Config, *, env: Mapping[str, str] | None = None,
+        cls,
+        ledger: Ledger,
+        config: Config,
+        *,
+        env: Mapping[str, str] | None = None,
         max_body: int = MAX_BODY,
-    ) -> Hooks:  # fmt: skip
+    ) -> Hooks:
         return cls(ledger, config.callbacks, env=env, max_body=max_body)
 
     @property
@@ -125,11 +129,13 @@ class Hooks:
             return Answer(405, {"error": "use POST"}, "method", provider)
         verifier = self._verifiers.get(provider)
         if verifier is None:
-            return Answer(404, {"error": "no callbacks for this provider"}, "unknown_provider",
-                          provider)  # fmt: skip
+            return Answer(
+                404, {"error": "no callbacks for this provider"}, "unknown_provider", provider
+            )
         if len(body) > self.max_body:
-            return Answer(413, {"error": "body too large", "max_body": self.max_body},
-                          "too_large", provider)  # fmt: skip
+            return Answer(
+                413, {"error": "body too large", "max_body": self.max_body}, "too_large", provider
+            )
         hdrs = _headers(headers)
         try:
             with self._lock:
@@ -138,8 +144,9 @@ class Hooks:
         except Refused as no:
             return Answer(no.status, {"error": "unauthorized"}, no.reason, provider)
         try:
-            items = read(verifier.cfg, body, hdrs.get("content-type", ""), query,
-                         signed.event_id, now)  # fmt: skip
+            items = read(
+                verifier.cfg, body, hdrs.get("content-type", ""), query, signed.event_id, now
+            )
         except Malformed as exc:
             return Answer(400, {"error": f"malformed: {exc}"}, "malformed", provider)
         counts: Counter[str] = Counter()
@@ -155,11 +162,18 @@ class Hooks:
                 if move is not None and move.frm is not move.to:
                     moves.append((move.frm.value, move.to.value))
         except LedgerError:
-            return Answer(503, {"error": "the ledger is unavailable; deliver again later"},
-                          "unavailable", provider, dict(counts), tuple(moves))  # fmt: skip
+            return Answer(
+                503,
+                {"error": "the ledger is unavailable; deliver again later"},
+                "unavailable",
+                provider,
+                dict(counts),
+                tuple(moves),
+            )
         reason = next(iter(counts)) if len(items) == 1 else "batch"
-        return Answer(200, {"received": len(items), **counts}, reason, provider, dict(counts),
-                      tuple(moves))  # fmt: skip
+        return Answer(
+            200, {"received": len(items), **counts}, reason, provider, dict(counts), tuple(moves)
+        )
 
 
 def _headers(headers: Headers) -> dict[str, str]:

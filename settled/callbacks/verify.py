@@ -208,8 +208,10 @@ class Verifier:
                 )
             except (binascii.Error, ValueError):
                 raise BAD from None
-            if sep and (self.cfg.username is None or hmac.compare_digest(
-                    user.encode(), self.cfg.username.encode())):  # fmt: skip
+            if sep and (
+                self.cfg.username is None
+                or hmac.compare_digest(user.encode(), self.cfg.username.encode())
+            ):
                 given.append(password)
         if not any(hmac.compare_digest(wanted, g.encode("utf-8", "replace")) for g in given):
             raise BAD

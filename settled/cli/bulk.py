@@ -52,24 +52,36 @@ def _source(path: str) -> Iterator[IO[bytes]]:
         fh.close()
 
 
-def check_bulk_options(source: str | None, params: str | None, action_id: str | None,
-                       needs_confirmation: bool, wait: bool) -> str:  # fmt: skip
+def check_bulk_options(
+    source: str | None,
+    params: str | None,
+    action_id: str | None,
+    needs_confirmation: bool,
+    wait: bool,
+) -> str:
     """The --from source, once the options given with it are ones it takes."""
     import click
 
     if source is None:
         raise click.UsageError("--concurrency applies to --from only")
-    given = [name for name, on in (("--params", params is not None),
-                                   ("--action-id", action_id is not None),
-                                   ("--needs-confirmation", needs_confirmation),
-                                   ("--wait", wait)) if on]  # fmt: skip
+    given = [
+        name
+        for name, on in (
+            ("--params", params is not None),
+            ("--action-id", action_id is not None),
+            ("--needs-confirmation", needs_confirmation),
+            ("--wait", wait),
+        )
+        if on
+    ]
     if given:
         raise click.UsageError(f"--from takes each line's action_id and params; drop {given[0]}")
     return source
 
 
-def dispatch_from(provider: str, operation: str, path: str, concurrency: int | None,
-                  as_json: bool) -> int:  # fmt: skip
+def dispatch_from(
+    provider: str, operation: str, path: str, concurrency: int | None, as_json: bool
+) -> int:
     from ..bulk import read_lines
     from ..errors import SettledError
     from ..throttle import Gate
@@ -84,14 +96,23 @@ def dispatch_from(provider: str, operation: str, path: str, concurrency: int | N
     gone = False  # stdout's reader went away: read no more lines, report the rest
     err = sys.stderr
     with _source(path) as fh, _progress() as tick:
-        results = d.submit_many(provider, operation, read_lines(fh), concurrency=threads,
-                                gate=Gate(threads), stop_requested=lambda: gone)  # fmt: skip
+        results = d.submit_many(
+            provider,
+            operation,
+            read_lines(fh),
+            concurrency=threads,
+            gate=Gate(threads),
+            stop_requested=lambda: gone,
+        )
         try:
             for r in results:
                 lines += 1
                 code = max(code, line_exit(r))
-                key = str(r.report.record.status) if r.report and r.report.record else (
-                    "conflict" if r.conflict else "invalid")  # fmt: skip
+                key = (
+                    str(r.report.record.status)
+                    if r.report and r.report.record
+                    else ("conflict" if r.conflict else "invalid")
+                )
                 counts[key] = counts.get(key, 0) + 1
                 if as_json and not gone:
                     try:

@@ -96,8 +96,9 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(code)
 
 
-def _start(interval: float | None, metrics: str | None, heartbeat: float,
-           concurrency: int | None) -> Any:  # fmt: skip
+def _start(
+    interval: float | None, metrics: str | None, heartbeat: float, concurrency: int | None
+) -> Any:
     """Everything the daemon needs before its first pass, each part checked now: any
     problem is exit 1 with one line, nothing started."""
     from ..daemon import Sweeper

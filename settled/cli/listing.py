@@ -303,8 +303,13 @@ def _show_many(ledger: Any, ids: list[str], *, as_json: bool, exit_status: bool)
     for i, rec in enumerate(found):
         if i:
             console().print()
-        render_show(rec, ledger.events(rec.action_id), now, config_changes(rec),
-                    ledger.pending_callbacks(rec))  # fmt: skip
+        render_show(
+            rec,
+            ledger.events(rec.action_id),
+            now,
+            config_changes(rec),
+            ledger.pending_callbacks(rec),
+        )
     return code
 
 
@@ -331,7 +336,12 @@ def register(app: typer.Typer) -> None:
             if as_json:
                 emit_json(_show_json(ledger, rec))
             else:
-                render_show(rec, ledger.events(rec.action_id), ledger.clock(anchor=False).now(),
-                            config_changes(rec), ledger.pending_callbacks(rec))  # fmt: skip
+                render_show(
+                    rec,
+                    ledger.events(rec.action_id),
+                    ledger.clock(anchor=False).now(),
+                    config_changes(rec),
+                    ledger.pending_callbacks(rec),
+                )
             raise typer.Exit(EXIT_BY_STATUS[rec.status] if exit_status else 0)
         raise typer.Exit(_show_many(ledger, chosen.ids, as_json=as_json, exit_status=exit_status))

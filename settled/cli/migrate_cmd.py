@@ -66,6 +66,7 @@ def register(app: typer.Typer) -> None:
         con.print(f"  records sha256 {c.records_sha256}", markup=False)
         con.print(f"  callbacks sha256 {c.callbacks_sha256}", markup=False)
         err = console(stderr=True)
-        err.print("verified: both ledgers' rows read again, counts and checksums match",
-                  markup=False)  # fmt: skip
+        err.print(
+            "verified: both ledgers' rows read again, counts and checksums match", markup=False
+        )
         err.print(f"{report.source} is marked as moved to {report.moved_to}", markup=False)

@@ -194,11 +194,17 @@ def _selection(ledger: Any, now: Any, opts: dict[str, Any]) -> Any:
         return None if seconds is None else to_text(plus(now, -seconds))
 
     return Selection(
-        statuses=opts["statuses"], provider=opts["provider"], operation=opts["operation"],
-        created_before=ago(opts["older_than"]), created_after=ago(opts["since"]),
-        also_contradicted=opts["contradicted"], delivery=opts["delivery"], match=opts["match"],
-        sort=opts["sort"], reverse=opts["reverse"],
-    )  # fmt: skip
+        statuses=opts["statuses"],
+        provider=opts["provider"],
+        operation=opts["operation"],
+        created_before=ago(opts["older_than"]),
+        created_after=ago(opts["since"]),
+        also_contradicted=opts["contradicted"],
+        delivery=opts["delivery"],
+        match=opts["match"],
+        sort=opts["sort"],
+        reverse=opts["reverse"],
+    )
 
 
 def _draw(fmt: str, opts: dict[str, Any]) -> int:
@@ -218,8 +224,13 @@ def _draw(fmt: str, opts: dict[str, Any]) -> int:
     elif fmt in ("tsv", "name"):
         listing(tsv_columns(), rows, fmt, headers=opts["headers"])
     else:
-        listing(queue_columns(now, statuses), rows, fmt, title=f"queue: {what} ({total})",
-                empty=f"queue ({what}): empty")  # fmt: skip
+        listing(
+            queue_columns(now, statuses),
+            rows,
+            fmt,
+            title=f"queue: {what} ({total})",
+            empty=f"queue ({what}): empty",
+        )
     if total > len(rows):
         order = "oldest" if (opts["sort"], opts["reverse"]) == ("created_at", False) else "first"
         by = (
@@ -245,8 +256,12 @@ def _watch(fmt: str, opts: dict[str, Any], interval: float) -> int:
     try:
         while True:
             out.write("\x1b[H\x1b[2J")  # the cursor home, the screen cleared
-            console().print(text(f"every {interval:g}s: settled queue  {to_text(utcnow())[:19]}Z"
-                                 "  (Ctrl-C to stop)"))  # fmt: skip
+            console().print(
+                text(
+                    f"every {interval:g}s: settled queue  {to_text(utcnow())[:19]}Z"
+                    "  (Ctrl-C to stop)"
+                )
+            )
             _draw(fmt, opts)
             out.flush()
             time.sleep(interval)

@@ -219,8 +219,9 @@ class Col:
 GAP = 2  # spaces between columns
 
 
-def emit_tsv(cols: Sequence[Col], rows: Sequence[Any], out: Any = None, *,
-             headers: bool = True) -> None:  # fmt: skip
+def emit_tsv(
+    cols: Sequence[Col], rows: Sequence[Any], out: Any = None, *, headers: bool = True
+) -> None:
     stream = out or sys.stdout
     lines = ["\t".join(c.head for c in cols)] if headers else []
     for r in rows:

@@ -84,8 +84,10 @@ def register(app: typer.Typer) -> None:
                 say(f"ledger {led.location} is up to date (schema {found})")
             else:
                 n = len(steps)
-                say(f"ledger {led.location}: schema {found}, this settled writes {latest}; "
-                    f"{n} step{'s' if n != 1 else ''} {'would apply' if dry_run else 'to apply'}:")  # fmt: skip
+                say(
+                    f"ledger {led.location}: schema {found}, this settled writes {latest}; "
+                    f"{n} step{'s' if n != 1 else ''} {'would apply' if dry_run else 'to apply'}:"
+                )
                 width = max(len(name) for _, name in steps)
                 for number, name in steps:
                     say(f"  {name:<{width}}  schema {number - 1} → {number}")

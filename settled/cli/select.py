@@ -57,8 +57,9 @@ class Selectors:
 
     @property
     def given(self) -> bool:
-        return any(v is not None for v in (self.provider, self.operation, self.status,
-                                           self.older_than))  # fmt: skip
+        return any(
+            v is not None for v in (self.provider, self.operation, self.status, self.older_than)
+        )
 
 
 @dataclass(frozen=True)
@@ -121,8 +122,12 @@ def selection(ledger: Any, selectors: Selectors, now: datetime, default: Sequenc
     before = None
     if selectors.older_than is not None:
         before = to_text(plus(now, -parse_duration(selectors.older_than)))
-    return Selection(statuses=statuses, provider=selectors.provider,
-                     operation=selectors.operation, created_before=before)  # fmt: skip
+    return Selection(
+        statuses=statuses,
+        provider=selectors.provider,
+        operation=selectors.operation,
+        created_before=before,
+    )
 
 
 def plan(

@@ -90,8 +90,14 @@ def render_record(rec: Any, headline: str) -> None:
     con.print(text("  next: ", next_step(rec)))
 
 
-def _reconcile(ids: list[str], due: bool, limit: int | None, as_json: bool, log: str,
-               concurrency: int | None = None) -> Any:  # fmt: skip
+def _reconcile(
+    ids: list[str],
+    due: bool,
+    limit: int | None,
+    as_json: bool,
+    log: str,
+    concurrency: int | None = None,
+) -> Any:
     """Run the pass; stream what it does (human lines on stdout, or JSON log lines on
     stderr) as each result commits."""
     from ..daemon.log import check_failed, failed, json_lines, transition
@@ -241,8 +247,18 @@ def reconcile(
         if len(chosen.ids) == 1:
             raise typer.Exit(EXIT_BY_STATUS[STATE.ledger().get(chosen.ids[0]).status])
         raise typer.Exit(1 if broken and due else 0)
-    raise typer.Exit(_reconcile_chosen(chosen, sel, limit=limit, log=log, concurrency=concurrency,
-                                       dry_run=dry_run, yes=yes, as_json=as_json))  # fmt: skip
+    raise typer.Exit(
+        _reconcile_chosen(
+            chosen,
+            sel,
+            limit=limit,
+            log=log,
+            concurrency=concurrency,
+            dry_run=dry_run,
+            yes=yes,
+            as_json=as_json,
+        )
+    )
 
 
 def _reconcile_chosen(chosen: Any, sel: Any, **opt: Any) -> int:
@@ -252,8 +268,15 @@ def _reconcile_chosen(chosen: Any, sel: Any, **opt: Any) -> int:
 
     ledger = STATE.ledger(create=False)
     now = ledger.clock(anchor=False).now()  # a previewed or refused reconcile writes nothing
-    targets = plan(ledger, chosen, sel, now, lambda r: why_unchecked(r, now),
-                   default=("DENIED_UNRESOLVED",), limit=opt["limit"])  # fmt: skip
+    targets = plan(
+        ledger,
+        chosen,
+        sel,
+        now,
+        lambda r: why_unchecked(r, now),
+        default=("DENIED_UNRESOLVED",),
+        limit=opt["limit"],
+    )
     todo = [t.action_id for t in targets if not t.skip]
     missing = any(t.skip == "not found" for t in targets)
     code = EXIT_NOT_FOUND if missing else 0
@@ -262,20 +285,34 @@ def _reconcile_chosen(chosen: Any, sel: Any, **opt: Any) -> int:
         return code
     asked = todo and not opt["yes"] and not opt["dry_run"]
     if not opt["as_json"] or asked:
-        preview(targets, title=f"reconcile: {len(todo)} of {len(targets)} action(s) to check now",
-                becomes=_becomes, now=now, err=opt["as_json"])  # fmt: skip
+        preview(
+            targets,
+            title=f"reconcile: {len(todo)} of {len(targets)} action(s) to check now",
+            becomes=_becomes,
+            now=now,
+            err=opt["as_json"],
+        )
     if opt["dry_run"]:
         console(stderr=True).print(text(f"--dry-run: nothing checked ({len(todo)} would be)"))
         return code
-    if asked and not confirm(len(todo), question=f"Check these {len(todo)} action(s) now?",
-                             doing="check", asked=not chosen.from_stdin):  # fmt: skip
+    if asked and not confirm(
+        len(todo),
+        question=f"Check these {len(todo)} action(s) now?",
+        doing="check",
+        asked=not chosen.from_stdin,
+    ):
         console(stderr=True).print(text("nothing checked"))
         return code
     report = _reconcile(todo, False, None, opt["as_json"], opt["log"], opt["concurrency"])
     if opt["as_json"]:
-        emit_json({**report.to_json(),
-                   "not_checked": [{"action_id": t.action_id, "why": t.skip}
-                                   for t in targets if t.skip]})  # fmt: skip
+        emit_json(
+            {
+                **report.to_json(),
+                "not_checked": [
+                    {"action_id": t.action_id, "why": t.skip} for t in targets if t.skip
+                ],
+            }
+        )
     elif opt["log"] == "text":
         for t in targets:
             if t.skip:

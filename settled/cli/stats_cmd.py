@@ -66,15 +66,24 @@ def summarise(stats: Any, by: str) -> dict[str, Any]:
         counts[(c.status, c.provider, c.operation)] = (
             counts.get((c.status, c.provider, c.operation), 0) + c.count
         )
-        g = groups.setdefault(key_of(c, by), {"key": key_of(c, by), "total": 0, "open": 0,
-                                                "by_status": dict.fromkeys(STATUSES, 0)})  # fmt: skip
+        g = groups.setdefault(
+            key_of(c, by),
+            {"key": key_of(c, by), "total": 0, "open": 0, "by_status": dict.fromkeys(STATUSES, 0)},
+        )
         g["total"] += c.count
         g["open"] += c.count if c.status in OPEN else 0
         g["by_status"][c.status] += c.count
         if c.status in OPEN and c.reason_group is not None:
-            r = reasons.setdefault(c.reason_group, {"reason": c.reason_group, "count": 0,
-                                                     "by_status": {}, "example": c.example_reason,
-                                                     "oldest_created_at": c.oldest_created_at})  # fmt: skip
+            r = reasons.setdefault(
+                c.reason_group,
+                {
+                    "reason": c.reason_group,
+                    "count": 0,
+                    "by_status": {},
+                    "example": c.example_reason,
+                    "oldest_created_at": c.oldest_created_at,
+                },
+            )
             r["count"] += c.count
             r["by_status"][c.status] = r["by_status"].get(c.status, 0) + c.count
             r["oldest_created_at"] = min(r["oldest_created_at"], c.oldest_created_at)
@@ -108,15 +117,21 @@ def render(data: dict[str, Any], where: str, what: str) -> None:
     age = data["age_seconds"]
     con.print(text((f"settled stats: {data['total']} action(s)", "bold"), f" ({what}) in {where}"))
     con.print(text(f"open: {data['open']}" + (f" ({open_parts})" if open_parts else "")))
-    con.print(text(f"age of open actions: p50 {_age(age['p50'])}, p95 {_age(age['p95'])}, "
-                   f"oldest {_age(age['oldest'])}"))  # fmt: skip
+    con.print(
+        text(
+            f"age of open actions: p50 {_age(age['p50'])}, p95 {_age(age['p95'])}, "
+            f"oldest {_age(age['oldest'])}"
+        )
+    )
     con.print(text(f"checks failing now: {data['checks_failing_now']}"))
     con.print()
     cols = [
         Col(f"by {data['by']}", lambda g: g["key"] or "(no reason)", flex=data["by"] == "reason")
     ]
-    cols += [Col("total", lambda g: str(g["total"]), right=True),
-             Col("open", lambda g: str(g["open"]), right=True)]  # fmt: skip
+    cols += [
+        Col("total", lambda g: str(g["total"]), right=True),
+        Col("open", lambda g: str(g["open"]), right=True),
+    ]
     for i, s in enumerate(STATUSES):
         cols.append(Col(SHORT[s], _count(s), right=True, give_way=10 + i))
     cols += [
@@ -184,8 +199,13 @@ def register(app: typer.Typer) -> None:
         def ago(seconds: float | None) -> str | None:
             return None if seconds is None else to_text(plus(now, -seconds))
 
-        sel = Selection(statuses=statuses, provider=provider, operation=operation,
-                        created_before=ago(older), created_after=ago(within))  # fmt: skip
+        sel = Selection(
+            statuses=statuses,
+            provider=provider,
+            operation=operation,
+            created_before=ago(older),
+            created_after=ago(within),
+        )
         data = summarise(ledger.stats(sel, now=to_text(now), by=group), group)
         if as_json:
             emit_json({"ledger": ledger.location, "at": to_text(now), **data})

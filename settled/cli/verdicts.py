@@ -207,8 +207,14 @@ def resolve(
         raise typer.Exit(0)
     if object_id is not None and not single:
         raise InvalidInput("--object-id names one provider object: give exactly one ACTION_ID")
-    targets = plan(ledger, chosen, sel, now, lambda r: resolvable(r, applied, now),
-                   default=("DENIED_UNRESOLVED",))  # fmt: skip
+    targets = plan(
+        ledger,
+        chosen,
+        sel,
+        now,
+        lambda r: resolvable(r, applied, now),
+        default=("DENIED_UNRESOLVED",),
+    )
     n = sum(1 for t in targets if not t.skip)
     if as_json and dry_run:
         emit_json([_plan_json(t, applied, False) for t in targets])
@@ -219,13 +225,23 @@ def resolve(
         title = (
             f"resolve --{'applied' if applied else 'not-applied'}: {n} of {len(targets)} action(s)"
         )
-        note = preview(targets, title=title, becomes=verdict_becomes(applied, not no_recheck), now=now,
-                       err=as_json)  # fmt: skip
+        note = preview(
+            targets,
+            title=title,
+            becomes=verdict_becomes(applied, not no_recheck),
+            now=now,
+            err=as_json,
+        )
     if dry_run:
         say(f"--dry-run: nothing recorded ({n} would be)")
         raise typer.Exit(0)
-    if asked and not confirm(n, question=f"Record this verdict for {n} action(s)?",
-                             doing="settle", asked=not chosen.from_stdin, note=note):  # fmt: skip
+    if asked and not confirm(
+        n,
+        question=f"Record this verdict for {n} action(s)?",
+        doing="settle",
+        asked=not chosen.from_stdin,
+        note=note,
+    ):
         say("nothing recorded")
         raise typer.Exit(0)
     code, done = record_verdicts(ledger, targets, verdict, bar=not as_json and n > 1)
@@ -253,12 +269,18 @@ def _verdict(
     actor = default_actor() if by is None else by
     if not actor.strip():
         raise InvalidInput("--by must not be empty")
-    return {"applied": applied, "reason": reason, "by": actor, "evidence": evidence,
-            "object_id": object_id}  # fmt: skip
+    return {
+        "applied": applied,
+        "reason": reason,
+        "by": actor,
+        "evidence": evidence,
+        "object_id": object_id,
+    }
 
 
-def record_verdicts(ledger: Any, targets: list[Target], verdict: dict[str, Any], *,
-            bar: bool) -> tuple[int, list[Target]]:  # fmt: skip
+def record_verdicts(
+    ledger: Any, targets: list[Target], verdict: dict[str, Any], *, bar: bool
+) -> tuple[int, list[Target]]:
     """Record the verdict for each target not skipped, one at a time (each is its own
     checked move, after its own check of the provider: an action changed meanwhile, or
     whose check refuses the verdict, is reported, not forced). Returns the exit code
@@ -384,21 +406,29 @@ def retry(
     asked = bool(n) and not yes and not dry_run
     note = False
     if not as_json or asked:
-        note = preview(targets, title=f"retry: {n} of {len(targets)} action(s)",
-                       becomes=next_attempt(not no_recheck), now=now, err=as_json)  # fmt: skip
+        note = preview(
+            targets,
+            title=f"retry: {n} of {len(targets)} action(s)",
+            becomes=next_attempt(not no_recheck),
+            now=now,
+            err=as_json,
+        )
     if dry_run:
         say(f"--dry-run: nothing sent ({n} would be retried)")
         raise typer.Exit(0)
-    if asked and not confirm(n, question=f"Retry {n} action(s)?", doing="retry",
-                             asked=not chosen.from_stdin, note=note):  # fmt: skip
+    if asked and not confirm(
+        n, question=f"Retry {n} action(s)?", doing="retry", asked=not chosen.from_stdin, note=note
+    ):
         say("nothing sent")
         raise typer.Exit(0)
-    raise typer.Exit(_retry_all(targets, recheck=not no_recheck, concurrency=concurrency,
-                                as_json=as_json))  # fmt: skip
+    raise typer.Exit(
+        _retry_all(targets, recheck=not no_recheck, concurrency=concurrency, as_json=as_json)
+    )
 
 
-def _retry_all(targets: list[Target], *, recheck: bool, concurrency: int | None,
-               as_json: bool) -> int:  # fmt: skip
+def _retry_all(
+    targets: list[Target], *, recheck: bool, concurrency: int | None, as_json: bool
+) -> int:
     """Retry what the plan did not skip through the bulk path; print each result as it
     is durable (people) or all of them at the end (JSON); return the exit code."""
     from .bulk import line_exit

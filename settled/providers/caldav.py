@@ -275,22 +275,28 @@ class CalDavProvider(BaseProvider):
         }
         self._ops = {
             "book": OperationSpec(
-                "book", Tier.FULL,
+                "book",
+                Tier.FULL,
                 proof="201/204 to PUT with If-None-Match: * (a 412 is a conflict: the query decides)",
                 verifies=f"GET {{uid}}.ics: the event exists with {MARK} of this action",
-                conflict_statuses=(412,), **common,
+                conflict_statuses=(412,),
+                **common,
             ),
             "move": OperationSpec(
-                "move", Tier.FULL,
+                "move",
+                Tier.FULL,
                 proof="2xx to PUT with If-Match on the ETag just read",
-                verifies=f"GET {{uid}}.ics: {MARK} of this action, at the new time", **common,
+                verifies=f"GET {{uid}}.ics: {MARK} of this action, at the new time",
+                **common,
             ),
             "cancel": OperationSpec(
-                "cancel", Tier.FULL,
+                "cancel",
+                Tier.FULL,
                 proof="2xx to PUT (STATUS:CANCELLED) with If-Match on the ETag just read",
-                verifies=f"GET {{uid}}.ics: {MARK} of this action on a cancelled event", **common,
+                verifies=f"GET {{uid}}.ics: {MARK} of this action on a cancelled event",
+                **common,
             ),
-        }  # fmt: skip
+        }
         self._client = client
 
     def operations(self) -> Mapping[str, OperationSpec]:
@@ -426,9 +432,14 @@ class CalDavProvider(BaseProvider):
                 Wire.ANSWERED, code, uid, None, detail, conflict=True, written_at=ex.written_at
             )
         return WireResult(
-            Wire.ANSWERED, code, None, None, self._answer(ex), written_at=ex.written_at,
+            Wire.ANSWERED,
+            code,
+            None,
+            None,
+            self._answer(ex),
+            written_at=ex.written_at,
             retry_after=ex.retry_after,
-        )  # fmt: skip
+        )
 
     def _change(self, request: Request) -> WireResult:
         """move/cancel: GET, check for our own mark, conditional PUT; both within the
@@ -508,9 +519,14 @@ class CalDavProvider(BaseProvider):
                 written_at=ex.written_at,
             )
         return WireResult(
-            Wire.ANSWERED, code, None, None, self._answer(ex), written_at=ex.written_at,
+            Wire.ANSWERED,
+            code,
+            None,
+            None,
+            self._answer(ex),
+            written_at=ex.written_at,
             retry_after=ex.retry_after,
-        )  # fmt: skip
+        )
 
     def _answer(self, ex: Exchange) -> str:
         if ex.body:

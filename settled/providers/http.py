@@ -578,8 +578,15 @@ def _budget(c: _Checker, key: str, conf: Mapping[str, Any], default_timeout: flo
             verify["min_checks"] = number(
                 f"{key}.verify.min_checks", vconf["min_checks"], whole=True
             )
-    return _Budget(window, attempts, timeout, backoff, verify["interval"], verify["deadline"],
-                   int(verify["min_checks"]))  # fmt: skip
+    return _Budget(
+        window,
+        attempts,
+        timeout,
+        backoff,
+        verify["interval"],
+        verify["deadline"],
+        int(verify["min_checks"]),
+    )
 
 
 def _presentation(c: _Checker, key: str, conf: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -41,15 +41,22 @@ _CONF: dict[str, tuple[tuple[type, ...], str, Any]] = {
     "verify_min_checks": ((int,), "a whole number >= 1, e.g. 3", 3),
 }
 _NUMBERS = (
-    "timeout", "consistency_window", "attempts", "verify_interval", "verify_deadline",
+    "timeout",
+    "consistency_window",
+    "attempts",
+    "verify_interval",
+    "verify_deadline",
     "verify_min_checks",
-)  # fmt: skip
+)
 _POSITIVE = ("timeout", "verify_interval", "verify_deadline")
 _WHOLE = ("attempts", "verify_min_checks")
 # ``verify = { interval, deadline, min_checks }``, as the other provider types write it;
 # the flat ``verify_*`` keys stay the same settings.
-_VERIFY = {"interval": "verify_interval", "deadline": "verify_deadline",
-           "min_checks": "verify_min_checks"}  # fmt: skip
+_VERIFY = {
+    "interval": "verify_interval",
+    "deadline": "verify_deadline",
+    "min_checks": "verify_min_checks",
+}
 
 
 def _verify_table(conf: Mapping[str, Any]) -> dict[str, Any]:
@@ -127,24 +134,42 @@ class SimProvider(BaseProvider):
         effects = "GET /v1/effects/{reconciliation_key}"
         self._ops = {
             "book": OperationSpec(
-                "book", Tier.FULL, queryable=True, carries_key=True, predicate=True,
-                verifies=effects, proof='201 {"status": "booked"}', **common
+                "book",
+                Tier.FULL,
+                queryable=True,
+                carries_key=True,
+                predicate=True,
+                verifies=effects,
+                proof='201 {"status": "booked"}',
+                **common,
             ),
             "send": OperationSpec(
-                "send", Tier.RECONCILABLE, queryable=True, carries_key=True, predicate=True,
+                "send",
+                Tier.RECONCILABLE,
+                queryable=True,
+                carries_key=True,
+                predicate=True,
                 verifies=effects,
                 **common,
             ),
             "deliver": OperationSpec(
-                "deliver", Tier.PARTIAL, carries_key=True,
-                verifies="a person: the receipt proves delivery only", **common,
+                "deliver",
+                Tier.PARTIAL,
+                carries_key=True,
+                verifies="a person: the receipt proves delivery only",
+                **common,
             ),
             "notify": OperationSpec("notify", Tier.BLIND, verifies="nothing can", **common),
             "set": OperationSpec(
-                "set", Tier.RECONCILABLE, queryable=True, snapshots=True, predicate=True,
-                verifies="GET /v1/settings/{name}, compared with the snapshot", **common,
+                "set",
+                Tier.RECONCILABLE,
+                queryable=True,
+                snapshots=True,
+                predicate=True,
+                verifies="GET /v1/settings/{name}, compared with the snapshot",
+                **common,
             ),
-        }  # fmt: skip
+        }
 
     def operations(self) -> Mapping[str, OperationSpec]:
         return self._ops

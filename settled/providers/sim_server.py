@@ -142,8 +142,12 @@ class CallbackPlan:
     def request(self, effect: dict[str, Any], now: float) -> tuple[bytes, dict[str, str]]:
         """The signed callback for ``effect``: body and headers, as the sender signs it."""
         if self.scheme == "twilio":
-            params = {"MessageSid": str(effect["id"] or ""), "MessageStatus": effect["status"],
-                      "ActionId": effect["action_id"], "Key": effect["reconciliation_key"] or ""}  # fmt: skip
+            params = {
+                "MessageSid": str(effect["id"] or ""),
+                "MessageStatus": effect["status"],
+                "ActionId": effect["action_id"],
+                "Key": effect["reconciliation_key"] or "",
+            }
             text = self.url + "".join(k + params[k] for k in sorted(params))
             mac = hmac.new(self.secret.encode(), text.encode(), hashlib.sha1).digest()
             return urlencode(params).encode(), {
@@ -432,8 +436,12 @@ class SimServer:
                 if rkey is not None:
                     visible = time.monotonic() + self.lag
                     self._effects.setdefault(rkey, []).append(_Effect("bounced", None, visible))
-                bounced = {"id": None, "action_id": action_id, "reconciliation_key": rkey,
-                           "status": "bounced"}  # fmt: skip
+                bounced = {
+                    "id": None,
+                    "action_id": action_id,
+                    "reconciliation_key": rkey,
+                    "status": "bounced",
+                }
                 return _Outcome("reply", _json(202, {"status": "queued"}), effect=bounced)
 
             # Everything left applies the effect exactly once.
@@ -443,8 +451,12 @@ class SimServer:
             if ikey:
                 self._replies.setdefault(ikey, reply)
             out = self._deliver(kind, reply)
-            effect = {"id": _reply_id(reply), "action_id": action_id, "reconciliation_key": rkey,
-                      "status": "applied" if op in ("book", "set") else "delivered"}  # fmt: skip
+            effect = {
+                "id": _reply_id(reply),
+                "action_id": action_id,
+                "reconciliation_key": rkey,
+                "status": "applied" if op in ("book", "set") else "delivered",
+            }
             delay = float(arg) if kind == "latency" and arg is not None else out.delay
             return _Outcome(out.wire, out.reply, delay, effect)
 
@@ -668,8 +680,12 @@ class _Handler(BaseHTTPRequestHandler):
         if error or not isinstance(body, dict) or not isinstance(body.get("url"), str):
             return self._send(_json(400, {"error": error or 'body must be {"url": str, ...}'}))
         try:
-            plan = CallbackPlan(body["url"], str(body.get("scheme", "standard-webhooks")),
-                                str(body.get("secret", "")), str(body.get("when", "after")))  # fmt: skip
+            plan = CallbackPlan(
+                body["url"],
+                str(body.get("scheme", "standard-webhooks")),
+                str(body.get("secret", "")),
+                str(body.get("when", "after")),
+            )
         except ValueError as exc:
             return self._send(_json(400, {"error": str(exc)}))
         self.sim.callbacks = plan
@@ -789,9 +805,12 @@ def main(argv: list[str] | None = None) -> int:
         hang=args.hang,
         default_fault=args.default_fault,
         latency=args.latency,
-        callbacks=CallbackPlan(args.callback_url, args.callback_scheme, args.callback_secret,
-                               args.callback_when) if args.callback_url else None,
-    )  # fmt: skip
+        callbacks=CallbackPlan(
+            args.callback_url, args.callback_scheme, args.callback_secret, args.callback_when
+        )
+        if args.callback_url
+        else None,
+    )
     with server:
         print(server.url, flush=True)
         while not stop.wait(0.2):

@@ -138,9 +138,13 @@ async def dispatch(call: Call) -> Response:
     def work(s: Session) -> Any:
         d = s.dispatcher(call.actor)
         try:
-            return d.submit(body["provider"], body["operation"], body.get("params", {}),
-                            action_id=aid,
-                            needs_confirmation=bool(body.get("needs_confirmation", False)))  # fmt: skip
+            return d.submit(
+                body["provider"],
+                body["operation"],
+                body.get("params", {}),
+                action_id=aid,
+                needs_confirmation=bool(body.get("needs_confirmation", False)),
+            )
         except SettledError as exc:
             from ..errors import Conflict
 
@@ -202,8 +206,13 @@ async def listing(call: Call) -> Response:
         _check_names(s, provider, operation)
         now = ledger.clock(anchor=False).now()
         before = to_text(plus(now, -age)) if age is not None else None
-        sel = Selection(statuses=statuses, provider=provider, operation=operation,
-                        created_before=before, also_contradicted=default)  # fmt: skip
+        sel = Selection(
+            statuses=statuses,
+            provider=provider,
+            operation=operation,
+            created_before=before,
+            also_contradicted=default,
+        )
         rows = ledger.records(replace(sel, limit=limit))
         total = ledger.count(sel) if len(rows) >= limit else len(rows)
         actions = [{**r.to_json(), "next": next_step(r)} for r in rows]
@@ -226,10 +235,18 @@ async def resolve(call: Call) -> Response:
 
     def work(s: Session) -> dict[str, Any]:
         ledger = s.ledger()
-        rec = do_resolve(ledger, aid, applied=body["applied"], reason=body["reason"],
-                         by=attested, now=ledger.clock().now(), evidence=body.get("evidence"),
-                         object_id=body.get("object_id"), registry=s.registry(),
-                         recheck=recheck)  # fmt: skip
+        rec = do_resolve(
+            ledger,
+            aid,
+            applied=body["applied"],
+            reason=body["reason"],
+            by=attested,
+            now=ledger.clock().now(),
+            evidence=body.get("evidence"),
+            object_id=body.get("object_id"),
+            registry=s.registry(),
+            recheck=recheck,
+        )
         return rec.to_json()
 
     return respond(await call.run(work))
@@ -472,8 +489,11 @@ def authorize(service: Service, request: Request, roles: tuple[str, ...]) -> Cal
         raise Problem(401, why, headers={"WWW-Authenticate": REALM})
     caller = service.tokens.identify(token)
     if caller is None:
-        raise Problem(401, "the token is not valid",
-                      headers={"WWW-Authenticate": REALM + ', error="invalid_token"'})  # fmt: skip
+        raise Problem(
+            401,
+            "the token is not valid",
+            headers={"WWW-Authenticate": REALM + ', error="invalid_token"'},
+        )
     if not any(caller.may(r) for r in roles):
         raise Problem(
             403, f"token {caller.token!r} lacks the role for this route ({' or '.join(roles)})"
@@ -485,90 +505,193 @@ _RECORD = (200, ("The record.", "Record"))
 _NOT_FOUND = {404: ("No such action.", "Problem")}
 _CONFLICT = {409: ("Not allowed now (the detail says why; nothing was changed).", "Problem")}
 _SELECTORS = [
-    {"name": "provider", "in": "query", "required": False, "schema": {"type": "string"},
-     "description": "Only this provider (422 when neither the config nor the ledger knows it)."},
-    {"name": "operation", "in": "query", "required": False, "schema": {"type": "string"},
-     "description": "Only this operation."},
-]  # fmt: skip
+    {
+        "name": "provider",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "string"},
+        "description": "Only this provider (422 when neither the config nor the ledger knows it).",
+    },
+    {
+        "name": "operation",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "string"},
+        "description": "Only this operation.",
+    },
+]
 
 ENDPOINTS = [
-    Endpoint(Operation(
-        "GET", "/openapi.json", "openapi", "This description (OpenAPI 3.1)",
-        "The API's OpenAPI description; readable without a token.", (),
-        {200: ("The OpenAPI document.", None)}, errors=(421,),
-    ), openapi_json),
-    Endpoint(Operation(
-        "POST", "/actions", "dispatch", "Record an action and dispatch it",
-        "As `settled dispatch`: the action is recorded and claimed (committed) before the request "
-        "leaves. 201: this call recorded it (outcome `dispatched` with the real `result`, or "
-        "`recorded` with needs_confirmation). 200: the id exists with the same params; nothing was "
-        "sent (outcome `already_completed`, `in_progress` or `blocked`). 409: the id exists with "
-        "other params.",
-        ("dispatch",),
-        {201: ("Recorded by this call (and dispatched unless it awaits confirmation).", "Report"),
-         200: ("Already recorded with the same params: nothing was sent.", "Report"),
-         **_CONFLICT},
-        request="DispatchRequest", body_required=True,
-    ), dispatch),
-    Endpoint(Operation(
-        "GET", "/actions", "list_actions", "List actions (the queue)",
-        "As `settled queue --json`: by default every DENIED_UNRESOLVED action and every settled one "
-        "a later reply contradicts, oldest first, each with what settles it next.",
-        ("read",), {200: ("The selected records, oldest first.", "Listing")},
-        query=[
-            {"name": "status", "in": "query", "required": False, "schema": {"type": "string"},
-             "description": "Comma-separated statuses, or `all` (default: DENIED_UNRESOLVED and contradicted ones)."},
-            *_SELECTORS,
-            {"name": "older_than", "in": "query", "required": False, "schema": {"type": "string"},
-             "description": "Only actions created longer ago than this: 90s, 10m, 2h, 1d."},
-            {"name": "limit", "in": "query", "required": False,
-             "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT},
-             "description": "At most this many records (`total` says how many match)."},
-        ],
-    ), listing),
-    Endpoint(Operation(
-        "GET", "/actions/{id}", "show_action", "One action with its events",
-        "As `settled show --json`: the record, every event oldest first, and how today's config "
-        "differs from what the action was recorded with.",
-        ("read",), {200: ("The record and its events.", "Shown"), **_NOT_FOUND},
-    ), show),
-    Endpoint(Operation(
-        "POST", "/actions/{id}/confirm", "confirm", "Confirm a recorded action",
-        "As `settled confirm` (rule 8): dispatches it at most once however many confirm. Outcome "
-        "`dispatched` with the real `result` for the one caller that wins the claim; "
-        "`already_completed`, `in_progress` (another caller has it) or `blocked` (a prior dispatch "
-        "is unresolved) otherwise. The body may be empty.",
-        ("dispatch", "operate"), {200: ("What this confirmation did.", "Report"), **_NOT_FOUND},
-        request="Empty",
-    ), confirm),
-    Endpoint(Operation(
-        "POST", "/actions/{id}/resolve", "resolve", "Settle an action by a person's verdict",
-        "As `settled resolve ID`: from DENIED_UNRESOLVED, from AWAITING_VERIFICATION when only a "
-        "person can verify it, or on a contradicted settled record. The event records "
-        "operator:BY via api:TOKEN (operator:api:TOKEN without `by`).",
-        ("operate",), {_RECORD[0]: ("The record after the verdict.", "Record"), **_NOT_FOUND, **_CONFLICT},
-        request="ResolveRequest", body_required=True,
-    ), resolve),
-    Endpoint(Operation(
-        "POST", "/actions/{id}/retry", "retry", "Open a new attempt of a FAILED action",
-        "As `settled retry`: only from FAILED (new idempotency key ID:N+1), then dispatched; 409 "
-        "from any other status or while a late reply contradicts the failure. The body may be empty.",
-        ("operate",), {200: ("What the new attempt did.", "Report"), **_NOT_FOUND, **_CONFLICT},
-        request="RetryRequest",
-    ), retry),
-    Endpoint(Operation(
-        "POST", "/actions/{id}/reconcile", "reconcile", "Check an action against the provider now",
-        "As `settled reconcile ID --json`: queries the real effect now, whatever the schedule, and "
-        "returns the check's report and the record afterwards. The body may be empty.",
-        ("operate",), {200: ("The check's report and the record.", "Reconciled"), **_NOT_FOUND},
-        request="Empty",
-    ), reconcile),
-    Endpoint(Operation(
-        "GET", "/stats", "stats", "Counts by status, provider and operation",
-        "Records by status × provider × operation, from the ledger's existing reads.",
-        ("read",), {200: ("The counts.", "Stats")}, query=list(_SELECTORS),
-    ), stats),
-]  # fmt: skip
+    Endpoint(
+        Operation(
+            "GET",
+            "/openapi.json",
+            "openapi",
+            "This description (OpenAPI 3.1)",
+            "The API's OpenAPI description; readable without a token.",
+            (),
+            {200: ("The OpenAPI document.", None)},
+            errors=(421,),
+        ),
+        openapi_json,
+    ),
+    Endpoint(
+        Operation(
+            "POST",
+            "/actions",
+            "dispatch",
+            "Record an action and dispatch it",
+            "As `settled dispatch`: the action is recorded and claimed (committed) before the request "
+            "leaves. 201: this call recorded it (outcome `dispatched` with the real `result`, or "
+            "`recorded` with needs_confirmation). 200: the id exists with the same params; nothing was "
+            "sent (outcome `already_completed`, `in_progress` or `blocked`). 409: the id exists with "
+            "other params.",
+            ("dispatch",),
+            {
+                201: (
+                    "Recorded by this call (and dispatched unless it awaits confirmation).",
+                    "Report",
+                ),
+                200: ("Already recorded with the same params: nothing was sent.", "Report"),
+                **_CONFLICT,
+            },
+            request="DispatchRequest",
+            body_required=True,
+        ),
+        dispatch,
+    ),
+    Endpoint(
+        Operation(
+            "GET",
+            "/actions",
+            "list_actions",
+            "List actions (the queue)",
+            "As `settled queue --json`: by default every DENIED_UNRESOLVED action and every settled one "
+            "a later reply contradicts, oldest first, each with what settles it next.",
+            ("read",),
+            {200: ("The selected records, oldest first.", "Listing")},
+            query=[
+                {
+                    "name": "status",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"type": "string"},
+                    "description": (
+                        "Comma-separated statuses, or `all` (default: DENIED_UNRESOLVED and "
+                        "contradicted ones)."
+                    ),
+                },
+                *_SELECTORS,
+                {
+                    "name": "older_than",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"type": "string"},
+                    "description": "Only actions created longer ago than this: 90s, 10m, 2h, 1d.",
+                },
+                {
+                    "name": "limit",
+                    "in": "query",
+                    "required": False,
+                    "schema": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": MAX_LIMIT,
+                        "default": DEFAULT_LIMIT,
+                    },
+                    "description": "At most this many records (`total` says how many match).",
+                },
+            ],
+        ),
+        listing,
+    ),
+    Endpoint(
+        Operation(
+            "GET",
+            "/actions/{id}",
+            "show_action",
+            "One action with its events",
+            "As `settled show --json`: the record, every event oldest first, and how today's config "
+            "differs from what the action was recorded with.",
+            ("read",),
+            {200: ("The record and its events.", "Shown"), **_NOT_FOUND},
+        ),
+        show,
+    ),
+    Endpoint(
+        Operation(
+            "POST",
+            "/actions/{id}/confirm",
+            "confirm",
+            "Confirm a recorded action",
+            "As `settled confirm` (rule 8): dispatches it at most once however many confirm. Outcome "
+            "`dispatched` with the real `result` for the one caller that wins the claim; "
+            "`already_completed`, `in_progress` (another caller has it) or `blocked` (a prior dispatch "
+            "is unresolved) otherwise. The body may be empty.",
+            ("dispatch", "operate"),
+            {200: ("What this confirmation did.", "Report"), **_NOT_FOUND},
+            request="Empty",
+        ),
+        confirm,
+    ),
+    Endpoint(
+        Operation(
+            "POST",
+            "/actions/{id}/resolve",
+            "resolve",
+            "Settle an action by a person's verdict",
+            "As `settled resolve ID`: from DENIED_UNRESOLVED, from AWAITING_VERIFICATION when only a "
+            "person can verify it, or on a contradicted settled record. The event records "
+            "operator:BY via api:TOKEN (operator:api:TOKEN without `by`).",
+            ("operate",),
+            {_RECORD[0]: ("The record after the verdict.", "Record"), **_NOT_FOUND, **_CONFLICT},
+            request="ResolveRequest",
+            body_required=True,
+        ),
+        resolve,
+    ),
+    Endpoint(
+        Operation(
+            "POST",
+            "/actions/{id}/retry",
+            "retry",
+            "Open a new attempt of a FAILED action",
+            "As `settled retry`: only from FAILED (new idempotency key ID:N+1), then dispatched; 409 "
+            "from any other status or while a late reply contradicts the failure. The body may be empty.",
+            ("operate",),
+            {200: ("What the new attempt did.", "Report"), **_NOT_FOUND, **_CONFLICT},
+            request="RetryRequest",
+        ),
+        retry,
+    ),
+    Endpoint(
+        Operation(
+            "POST",
+            "/actions/{id}/reconcile",
+            "reconcile",
+            "Check an action against the provider now",
+            "As `settled reconcile ID --json`: queries the real effect now, whatever the schedule, and "
+            "returns the check's report and the record afterwards. The body may be empty.",
+            ("operate",),
+            {200: ("The check's report and the record.", "Reconciled"), **_NOT_FOUND},
+            request="Empty",
+        ),
+        reconcile,
+    ),
+    Endpoint(
+        Operation(
+            "GET",
+            "/stats",
+            "stats",
+            "Counts by status, provider and operation",
+            "Records by status × provider × operation, from the ledger's existing reads.",
+            ("read",),
+            {200: ("The counts.", "Stats")},
+            query=list(_SELECTORS),
+        ),
+        stats,
+    ),
+]
 
 DOCUMENT = document(e.op for e in ENDPOINTS)
 VALIDATORS = Validators(DOCUMENT)

@@ -118,8 +118,9 @@ class TokenGate:
             token, why = bearer(headers)
             caller = self.service.tokens.identify(token) if token is not None else None
             if caller is None:
-                await Problem(401, why or "the token is not valid",
-                              headers={"WWW-Authenticate": REALM}).send(send)  # fmt: skip
+                await Problem(
+                    401, why or "the token is not valid", headers={"WWW-Authenticate": REALM}
+                ).send(send)
                 return
             if not caller.may(self.role):
                 await Problem(
@@ -264,14 +265,18 @@ class Observe:
         self.table = table
         registry = service.metrics.registry
         self.requests = Counter(
-            "settled_http_requests", "Requests served, by method, route template and status.",
-            ["method", "route", "status"], registry=registry,
-        )  # fmt: skip
+            "settled_http_requests",
+            "Requests served, by method, route template and status.",
+            ["method", "route", "status"],
+            registry=registry,
+        )
         self.duration = Histogram(
-            "settled_http_request_duration_seconds", "Time to answer a request, by route template.",
-            ["route"], registry=registry,
+            "settled_http_request_duration_seconds",
+            "Time to answer a request, by route template.",
+            ["route"],
+            registry=registry,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-        )  # fmt: skip
+        )
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -307,8 +312,12 @@ class Observe:
         method = scope["method"] if scope["method"] in METHODS else "OTHER"
         self.requests.labels(method, route, str(code)).inc()
         self.duration.labels(route).observe(seconds)
-        line: dict[str, Any] = {"method": method, "route": route, "status": code,
-                                "duration_ms": round(seconds * 1000, 3)}  # fmt: skip
+        line: dict[str, Any] = {
+            "method": method,
+            "route": route,
+            "status": code,
+            "duration_ms": round(seconds * 1000, 3),
+        }
         state = scope.get("state") or {}
         if state.get("actor"):
             line["actor"] = state["actor"]
@@ -342,8 +351,10 @@ def build(service: Service, *, mcp: bool = True) -> Any:
 
     async def on_http(request: Any, exc: Exception) -> Any:
         assert isinstance(exc, HTTPException)
-        detail = {404: "no such route; the API is under /api/v1 (see /api/v1/openapi.json)",
-                  405: "this route does not take that method"}.get(exc.status_code, exc.detail)  # fmt: skip
+        detail = {
+            404: "no such route; the API is under /api/v1 (see /api/v1/openapi.json)",
+            405: "this route does not take that method",
+        }.get(exc.status_code, exc.detail)
         return Problem(exc.status_code, detail, headers=dict(exc.headers or {})).response()
 
     @asynccontextmanager

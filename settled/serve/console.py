@@ -76,8 +76,14 @@ class Visit:
     def page(self, template: str, status: int = 200, **context: Any) -> Response:
         from starlette.responses import HTMLResponse
 
-        ctx = {"person": self.person, "csrf": self.csrf if self.person else "",
-               "notice": self.notice, "error": "", "nav": "", **context}  # fmt: skip
+        ctx = {
+            "person": self.person,
+            "csrf": self.csrf if self.person else "",
+            "notice": self.notice,
+            "error": "",
+            "nav": "",
+            **context,
+        }
         response = HTMLResponse(render(template, ctx), status_code=status, headers=HEADERS)
         if self.set_cookie and self.person is not None:
             set_session(self, response, self.person)
@@ -98,9 +104,14 @@ def set_session(visit: Visit, response: Response, person: Person) -> None:
     assert visit.service.sessions is not None
     secure = visit.request.url.scheme == "https"
     response.set_cookie(
-        COOKIE, visit.service.sessions.cookie(person), max_age=visit.service.sessions.ui.session_ttl,
-        path=f"{PREFIX}/", secure=secure, httponly=True, samesite="strict",
-    )  # fmt: skip
+        COOKIE,
+        visit.service.sessions.cookie(person),
+        max_age=visit.service.sessions.ui.session_ttl,
+        path=f"{PREFIX}/",
+        secure=secure,
+        httponly=True,
+        samesite="strict",
+    )
 
 
 def visit_of(request: Request) -> Visit:
@@ -159,8 +170,9 @@ async def form_of(visit: Visit, role: str | tuple[str, ...]) -> dict[str, str]:
         raise Refused(415, f"refused: a console form is sent as {FORM}")
     raw = await visit.service.body(request)
     try:
-        pairs = parse_qsl(raw.decode("utf-8"), keep_blank_values=True, strict_parsing=False,
-                          max_num_fields=100)  # fmt: skip
+        pairs = parse_qsl(
+            raw.decode("utf-8"), keep_blank_values=True, strict_parsing=False, max_num_fields=100
+        )
     except (UnicodeDecodeError, ValueError):
         raise Refused(400, "refused: the form is not UTF-8 form data") from None
     form: dict[str, str] = {}
@@ -176,8 +188,11 @@ async def form_of(visit: Visit, role: str | tuple[str, ...]) -> dict[str, str]:
         raise Refused(403, "refused: the form's CSRF token is missing or stale; reload the page")
     roles = (role,) if isinstance(role, str) else role
     if not any(person.may(r) for r in roles):
-        raise Refused(403, f"refused: {person.name} may not do this (needs the "
-                           f"{' or '.join(roles)} role; you have {person.roles})")  # fmt: skip
+        raise Refused(
+            403,
+            f"refused: {person.name} may not do this (needs the "
+            f"{' or '.join(roles)} role; you have {person.roles})",
+        )
     return form
 
 
@@ -228,8 +243,11 @@ async def _login(visit: Visit) -> Response:
 
     sessions = visit.service.sessions
     if sessions is None or sessions.key is None:
-        raise Refused(503, "the console has no signing key: set [serve.ui] session_secret "
-                           "or an API token (docs/console.md)")  # fmt: skip
+        raise Refused(
+            503,
+            "the console has no signing key: set [serve.ui] session_secret "
+            "or an API token (docs/console.md)",
+        )
     request = visit.request
     if len(request.headers.getlist("origin")) != 1:
         raise Refused(403, "refused: a console form is posted by a browser, which names its Origin")
@@ -240,13 +258,25 @@ async def _login(visit: Visit) -> Response:
         raise Refused(403, "refused: the login form is stale; reload the page")
     name = form.get("name", "").strip() or None
     if name is not None and name_problem(name):
-        return visit.page("login.html", 422, nav="login", nonce=_nonce(visit), name=name,
-                          error=f"Your name: {name_problem(name)}.")  # fmt: skip
+        return visit.page(
+            "login.html",
+            422,
+            nav="login",
+            nonce=_nonce(visit),
+            name=name,
+            error=f"Your name: {name_problem(name)}.",
+        )
     person = sessions.login(form.get("token", "").strip(), name)
     if person is None:
         visit.service.emit("login", level="warning", refused="the token is not valid")
-        return visit.page("login.html", 401, nav="login", nonce=_nonce(visit), name=name or "",
-                          error="That token is not valid.")  # fmt: skip
+        return visit.page(
+            "login.html",
+            401,
+            nav="login",
+            nonce=_nonce(visit),
+            name=name or "",
+            error="That token is not valid.",
+        )
     visit.service.emit("login", actor=person.actor)
     response: Plain = redirect(f"{PREFIX}/")
     set_session(visit, response, person)

@@ -73,31 +73,51 @@ def plan_bulk(s: Session, filt: Filter, do: str, recheck: bool) -> Bulk:
     else:
         why, becomes = (lambda r: str(why_unchecked(r, now))), (lambda t: "checked now")
     targets = [Target(r.action_id, r, why(r)) for r in rows]
-    return Bulk(do, recheck, targets, {t.action_id: becomes(t) for t in targets if not t.skip},
-                len(rows))  # fmt: skip
+    return Bulk(
+        do, recheck, targets, {t.action_id: becomes(t) for t in targets if not t.skip}, len(rows)
+    )
 
 
 async def bulk(visit: Visit) -> Response:
     if visit.request.method == "GET":
-        return await _bulk_preview(visit, Filter.of(visit.request.query_params),
-                                   visit.request.query_params.get("do", ""),
-                                   visit.request.query_params.get("no_recheck") != "1")  # fmt: skip
+        return await _bulk_preview(
+            visit,
+            Filter.of(visit.request.query_params),
+            visit.request.query_params.get("do", ""),
+            visit.request.query_params.get("no_recheck") != "1",
+        )
     return await _bulk_run(visit)
 
 
-async def _bulk_preview(visit: Visit, filt: Filter, do: str, recheck: bool, status: int = 200,
-                        error: str = "", form: dict[str, str] | None = None) -> Response:  # fmt: skip
+async def _bulk_preview(
+    visit: Visit,
+    filt: Filter,
+    do: str,
+    recheck: bool,
+    status: int = 200,
+    error: str = "",
+    form: dict[str, str] | None = None,
+) -> Response:
     assert visit.person is not None
     sessions = visit.service.sessions
     assert sessions is not None
-    plan = await visit.run(lambda s: (plan_bulk(s, filt, do, recheck),
-                                      s.ledger().clock(anchor=False).now()))  # fmt: skip
+    plan = await visit.run(
+        lambda s: (plan_bulk(s, filt, do, recheck), s.ledger().clock(anchor=False).now())
+    )
     b, now = plan
     return visit.page(
-        "bulk.html", status, nav="queue", filter=filt, bulk=b, now=now, dos=DOS, error=error,
-        digest=sessions.preview_digest(visit.person, b.ids), form=form or {},
+        "bulk.html",
+        status,
+        nav="queue",
+        filter=filt,
+        bulk=b,
+        now=now,
+        dos=DOS,
+        error=error,
+        digest=sessions.preview_digest(visit.person, b.ids),
+        form=form or {},
         writable=visit.person.may("operate"),
-    )  # fmt: skip
+    )
 
 
 async def _bulk_run(visit: Visit) -> Response:
@@ -108,8 +128,9 @@ async def _bulk_run(visit: Visit) -> Response:
     do, recheck = form.get("do", ""), form.get("no_recheck") != "1"
     reason = form.get("reason", "").strip()
     if do.startswith("resolve") and not reason:
-        return await _bulk_preview(visit, filt, do, recheck, 422,
-                                   "A reason is required: say how you know.", form)  # fmt: skip
+        return await _bulk_preview(
+            visit, filt, do, recheck, 422, "A reason is required: say how you know.", form
+        )
 
     def work(s: Session) -> Any:
         b = plan_bulk(s, filt, do, recheck)
@@ -121,11 +142,25 @@ async def _bulk_run(visit: Visit) -> Response:
 
     b, results = await visit.run(work)
     if results is None:
-        return await _bulk_preview(visit, filt, do, recheck, 409, "The selection changed since "
-                                   "your preview: nothing was done. Review it again.", form)  # fmt: skip
+        return await _bulk_preview(
+            visit,
+            filt,
+            do,
+            recheck,
+            409,
+            "The selection changed since your preview: nothing was done. Review it again.",
+            form,
+        )
     if results == "typed":
-        return await _bulk_preview(visit, filt, do, recheck, 422, f"Type {len(b.ids)} (the number "
-                                   "of actions) to confirm: nothing was done.", form)  # fmt: skip
+        return await _bulk_preview(
+            visit,
+            filt,
+            do,
+            recheck,
+            422,
+            f"Type {len(b.ids)} (the number of actions) to confirm: nothing was done.",
+            form,
+        )
     visit.service.emit("bulk", actor=person.actor, do=do, count=len(b.ids))
     return visit.page("bulk_done.html", nav="queue", bulk=b, results=results, filter=filt, dos=DOS)
 
@@ -137,10 +172,16 @@ def _act(s: Session, b: Bulk, person: Person, form: dict[str, str]) -> list[tupl
     ledger = s.ledger()
     out: list[tuple[str, str, str]] = []
     if b.do.startswith("resolve"):
-        verdict = {"applied": b.do == "resolve_applied", "reason": form.get("reason", "").strip(),
-                   "by": person.by, "evidence": form.get("evidence", "").strip() or None,
-                   "object_id": None, "now": ledger.clock().now(), "registry": s.registry(),
-                   "recheck": b.recheck}  # fmt: skip
+        verdict = {
+            "applied": b.do == "resolve_applied",
+            "reason": form.get("reason", "").strip(),
+            "by": person.by,
+            "evidence": form.get("evidence", "").strip() or None,
+            "object_id": None,
+            "now": ledger.clock().now(),
+            "registry": s.registry(),
+            "recheck": b.recheck,
+        }
         _code, done = record_verdicts(ledger, b.targets, verdict, bar=False)
         for t in done:
             status = str(t.record.status) if t.record is not None else "-"

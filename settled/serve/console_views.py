@@ -20,8 +20,17 @@ if TYPE_CHECKING:
     from ..session import Session
 
 QUEUE_LIMIT = 500  # rows the queue page shows (the count says how many match)
-FILTERS = ("status", "provider", "operation", "older_than", "since", "match", "delivery",
-           "sort", "reverse")  # fmt: skip
+FILTERS = (
+    "status",
+    "provider",
+    "operation",
+    "older_than",
+    "since",
+    "match",
+    "delivery",
+    "sort",
+    "reverse",
+)
 DONE = {  # ?did= after a verdict (a fixed key: no text from the URL is ever shown)
     "resolved": "Your verdict was recorded.",
     "retried": "A new attempt was opened and dispatched.",
@@ -74,13 +83,16 @@ class Filter:
 
         return Selection(
             statuses=parse_statuses(v.get("status", "DENIED_UNRESOLVED")),
-            provider=provider, operation=operation,
-            created_before=ago(v.get("older_than")), created_after=ago(v.get("since")),
+            provider=provider,
+            operation=operation,
+            created_before=ago(v.get("older_than")),
+            created_after=ago(v.get("since")),
             also_contradicted="status" not in v,
             delivery=parse_deliveries(v["delivery"]) if "delivery" in v else None,
             match=parse_match(v["match"]) if "match" in v else None,
-            sort=parse_sort(v.get("sort", "created_at")), reverse=v.get("reverse") == "1",
-        )  # fmt: skip
+            sort=parse_sort(v.get("sort", "created_at")),
+            reverse=v.get("reverse") == "1",
+        )
 
 
 async def queue(visit: Visit) -> Response:
@@ -105,8 +117,9 @@ async def queue(visit: Visit) -> Response:
         except SettledError as exc:
             out["error"] = str(exc)
             sel = None
-        out["stats"] = summarise(ledger.stats(_everything(), now=to_text(now), by="operation"),
-                                 "operation")  # fmt: skip
+        out["stats"] = summarise(
+            ledger.stats(_everything(), now=to_text(now), by="operation"), "operation"
+        )
         if sel is not None:
             rows = ledger.records(replace(sel, limit=QUEUE_LIMIT))
             out["total"] = ledger.count(sel) if len(rows) >= QUEUE_LIMIT else len(rows)
@@ -116,10 +129,18 @@ async def queue(visit: Visit) -> Response:
     data = await visit.run(work)
     error = data.pop("error")
     return visit.page(
-        "queue.html", 422 if error else 200, nav="queue", filter=filt, error=error,
-        statuses=STATUSES, deliveries=DELIVERIES, sorts=SORT_FIELDS, dos=DOS,
-        shown_limit=QUEUE_LIMIT, **data,
-    )  # fmt: skip
+        "queue.html",
+        422 if error else 200,
+        nav="queue",
+        filter=filt,
+        error=error,
+        statuses=STATUSES,
+        deliveries=DELIVERIES,
+        sorts=SORT_FIELDS,
+        dos=DOS,
+        shown_limit=QUEUE_LIMIT,
+        **data,
+    )
 
 
 def _everything() -> Any:
@@ -216,16 +237,32 @@ async def _action_page(visit: Visit, aid: str, status: int = 200, error: str = "
         now = ledger.clock(anchor=False).now()
         events = ledger.events(aid)
         timeline = [(e, event_detail(e)) for e in events]
-        touched = [(e, d) for e, d in timeline if str(e.kind) in ("reconciled", "callback",
-                   "unresolved", "late_outcome", "note") or "check" in d]  # fmt: skip
+        touched = [
+            (e, d)
+            for e, d in timeline
+            if str(e.kind) in ("reconciled", "callback", "unresolved", "late_outcome", "note")
+            or "check" in d
+        ]
         return {
-            "rec": rec, "now": now, "timeline": timeline, "touched": touched,
-            "params": redact_params(rec.params, secrets), "next": next_in_words(rec, now),
-            "changes": config_changes(s, rec), "waiting": ledger.pending_callbacks(rec),
+            "rec": rec,
+            "now": now,
+            "timeline": timeline,
+            "touched": touched,
+            "params": redact_params(rec.params, secrets),
+            "next": next_in_words(rec, now),
+            "changes": config_changes(s, rec),
+            "waiting": ledger.pending_callbacks(rec),
             "may": allowed(rec, now),
-            "hidden": any(hidden(v) for v in (rec.action_id, rec.reason, rec.contradiction,
-                                              *pretty(rec.params).split("\n"))),
-        }  # fmt: skip
+            "hidden": any(
+                hidden(v)
+                for v in (
+                    rec.action_id,
+                    rec.reason,
+                    rec.contradiction,
+                    *pretty(rec.params).split("\n"),
+                )
+            ),
+        }
 
     data = await visit.run(work)
     return visit.page(
@@ -243,8 +280,11 @@ async def verdict(visit: Visit, aid: str) -> Response:
     assert person is not None
     roles = ("dispatch", "operate") if do == "confirm" else ("operate",)
     if not any(person.may(r) for r in roles):
-        raise Refused(403, f"refused: {person.name} may not do this (needs the "
-                           f"{' or '.join(roles)} role; you have {person.roles})")  # fmt: skip
+        raise Refused(
+            403,
+            f"refused: {person.name} may not do this (needs the "
+            f"{' or '.join(roles)} role; you have {person.roles})",
+        )
     recheck = form.get("no_recheck") != "1"
 
     def work(s: Session) -> str:
@@ -258,10 +298,18 @@ async def verdict(visit: Visit, aid: str) -> Response:
             reason = form.get("reason", "").strip()
             if not reason:
                 raise Refused(422, "a reason is required: say how you know")
-            do_resolve(ledger, aid, applied=applied, reason=reason, by=person.by,
-                       now=ledger.clock().now(), evidence=form.get("evidence", "").strip() or None,
-                       object_id=form.get("object_id", "").strip() or None,
-                       registry=s.registry(), recheck=recheck)  # fmt: skip
+            do_resolve(
+                ledger,
+                aid,
+                applied=applied,
+                reason=reason,
+                by=person.by,
+                now=ledger.clock().now(),
+                evidence=form.get("evidence", "").strip() or None,
+                object_id=form.get("object_id", "").strip() or None,
+                registry=s.registry(),
+                recheck=recheck,
+            )
             return "resolved"
         if do == "confirm":
             report = s.dispatcher(person.actor).confirm(aid)
@@ -285,8 +333,7 @@ async def verdict(visit: Visit, aid: str) -> Response:
         visit.service.emit_error(exc, visit.request)
         if isinstance(exc, NotFound):
             raise Refused(404, str(exc)) from None
-        return await _action_page(visit, aid, 409 if not _is_input(exc) else 422,
-                                  f"Refused: {exc}")  # fmt: skip
+        return await _action_page(visit, aid, 409 if not _is_input(exc) else 422, f"Refused: {exc}")
     return redirect(f"{aid_url(aid)}?did={did}")
 
 
@@ -305,11 +352,16 @@ async def providers(visit: Visit) -> Response:
     def work(s: Session) -> dict[str, Any]:
         reg = s.registry()
         reg.load_all()
-        specs = {(n, o): spec for n in reg.names()
-                 for o, spec in reg.provider(n).operations().items()}  # fmt: skip
+        specs = {
+            (n, o): spec for n in reg.names() for o, spec in reg.provider(n).operations().items()
+        }
         report = audit(s.ledger(), specs, s.config().callbacks)
-        return {"ops": report.operations, "kept": report.callbacks, "debt": report.debt,
-                "callbacks": s.config().callbacks}  # fmt: skip
+        return {
+            "ops": report.operations,
+            "kept": report.callbacks,
+            "debt": report.debt,
+            "callbacks": s.config().callbacks,
+        }
 
     return visit.page("providers.html", nav="providers", **(await visit.run(work)))
 
@@ -329,13 +381,22 @@ async def stats(visit: Visit) -> Response:
         for g in data["groups"]:
             counts = []
             for _label, secs in windows:
-                sel = Selection(statuses=["DENIED_UNRESOLVED"], provider=g["key"],
-                                created_after=to_text(plus(now, -secs)))  # fmt: skip
+                sel = Selection(
+                    statuses=["DENIED_UNRESOLVED"],
+                    provider=g["key"],
+                    created_after=to_text(plus(now, -secs)),
+                )
                 counts.append(ledger.count(sel))
             over.append((g["key"], counts))
         figures = sorted(ledger.figures().items())  # the audit's: how settled, how fast
-        return {"data": data, "over": over, "windows": [w for w, _ in windows], "open": OPEN,
-                "now": now, "figures": figures}  # fmt: skip
+        return {
+            "data": data,
+            "over": over,
+            "windows": [w for w, _ in windows],
+            "open": OPEN,
+            "now": now,
+            "figures": figures,
+        }
 
     return visit.page("stats.html", nav="stats", **(await visit.run(work)))
 

@@ -33,11 +33,15 @@ async def hook(request: Any) -> Any:
     service = service_of(request)
     answer = await _answer(request, service)
     service.metrics.callback(answer)
-    request.state.callback = {"reason": answer.reason, "provider": answer.provider,
-                              **({"events": answer.counts} if answer.reason == "batch" else {})}  # fmt: skip
+    request.state.callback = {
+        "reason": answer.reason,
+        "provider": answer.provider,
+        **({"events": answer.counts} if answer.reason == "batch" else {}),
+    }
     extra = {"Allow": "POST"} if answer.status == 405 else None
-    return Response(answer.content(), status_code=answer.status, media_type="application/json",
-                    headers=extra)  # fmt: skip
+    return Response(
+        answer.content(), status_code=answer.status, media_type="application/json", headers=extra
+    )
 
 
 async def _answer(request: Any, service: Any) -> Any:
@@ -53,8 +57,12 @@ async def _answer(request: Any, service: Any) -> Any:
         except Problem as too_big:  # over [serve] max_body, announced or not
             if too_big.status != 413:
                 raise
-            return Answer(413, {"error": "body too large", "max_body": service.max_body},
-                          "too_large", provider)  # fmt: skip
+            return Answer(
+                413,
+                {"error": "body too large", "max_body": service.max_body},
+                "too_large",
+                provider,
+            )
     headers = list(request.headers.items())
     query = request.scope.get("query_string", b"").decode("latin-1")
 

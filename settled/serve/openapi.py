@@ -59,7 +59,10 @@ _RECORD_PROPS: dict[str, Any] = {
     "params_hash": {"type": "string"},
     "tier": {"type": "string", "enum": [str(t) for t in Tier]},
     "reconciliation_key": TEXT_OR_NULL,
-    "eligible_at": {**TIME_OR_NULL, "description": "first automatic check; null: never (a person verifies)"},
+    "eligible_at": {
+        **TIME_OR_NULL,
+        "description": "first automatic check; null: never (a person verifies)",
+    },
     "requires_manual_verification": {"type": "boolean"},
     "attempt": {"type": "integer", "minimum": 1},
     "idempotency_key": {"type": "string"},
@@ -78,13 +81,20 @@ _RECORD_PROPS: dict[str, Any] = {
     "next_check_at": TIME_OR_NULL,
     "verify_deadline_at": TIME_OR_NULL,
     "checks": {"type": "integer", "minimum": 0},
-    "counted_checks": {"type": "integer", "minimum": 0, "description": "checks that spent the budget"},
+    "counted_checks": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "checks that spent the budget",
+    },
     "check_error": {**TEXT_OR_NULL, "description": "why the last check could not be made"},
     "reason": TEXT_OR_NULL,
-    "lands_by": {**TIME_OR_NULL, "description": "last moment this attempt could reach the provider"},
+    "lands_by": {
+        **TIME_OR_NULL,
+        "description": "last moment this attempt could reach the provider",
+    },
     "contradiction": {**TEXT_OR_NULL, "description": "later evidence against a settled status"},
     "declared": {"type": ["object", "null"], "description": "the declaration that governs it"},
-}  # fmt: skip
+}
 assert set(_RECORD_PROPS) == set(RECORD_FIELDS)
 
 RECORD: dict[str, Any] = {
@@ -338,7 +348,7 @@ ERRORS = {
         "The ledger is busy or unavailable (nothing was changed, unless the detail says the "
         "request was sent); retry later."
     ),
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)
@@ -367,18 +377,25 @@ def _operation(op: Operation) -> dict[str, Any]:
     }
     params = list(op.query)
     if "{id}" in op.path:
-        params.insert(0, {
-            "name": "id", "in": "path", "required": True,
-            "description": "The action id, percent-encoded as one path segment.",
-            "schema": {"$ref": "#/components/schemas/ActionId"},
-        })  # fmt: skip
+        params.insert(
+            0,
+            {
+                "name": "id",
+                "in": "path",
+                "required": True,
+                "description": "The action id, percent-encoded as one path segment.",
+                "schema": {"$ref": "#/components/schemas/ActionId"},
+            },
+        )
     if params:
         out["parameters"] = params
     if op.request:
         out["requestBody"] = {
             "required": op.body_required,
-            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{op.request}"}}},
-        }  # fmt: skip
+            "content": {
+                "application/json": {"schema": {"$ref": f"#/components/schemas/{op.request}"}}
+            },
+        }
     responses: dict[str, Any] = {}
     for code, (text, schema) in sorted(op.responses.items()):
         entry: dict[str, Any] = {"description": text}
@@ -391,10 +408,15 @@ def _operation(op: Operation) -> dict[str, Any]:
             continue
         if not op.request and code in (400, 413, 415):
             continue
-        responses.setdefault(str(code), {
-            "description": ERRORS[code],
-            "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
-        })  # fmt: skip
+        responses.setdefault(
+            str(code),
+            {
+                "description": ERRORS[code],
+                "content": {
+                    "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}
+                },
+            },
+        )
     out["responses"] = dict(sorted(responses.items()))
     out["security"] = [{"bearer": []}] if op.roles else []
     if op.roles:
@@ -439,7 +461,7 @@ def document(operations: Iterable[Operation]) -> dict[str, Any]:
                 }
             },
         },
-    }  # fmt: skip
+    }
 
 
 class Validators:

@@ -121,8 +121,12 @@ def problem_for(exc: SettledError, action_id: str | None = None) -> Problem:
         return Problem(404, what, action_id=action_id)
     if isinstance(exc, EffectVisible):  # rule 14: refused, and settled by what the check saw
         status = getattr(exc.record, "status", None)
-        return Problem(409, _api_words(str(exc)), action_id=action_id,
-                       record_status=str(status) if status is not None else None)  # fmt: skip
+        return Problem(
+            409,
+            _api_words(str(exc)),
+            action_id=action_id,
+            record_status=str(status) if status is not None else None,
+        )
     if isinstance(exc, Conflict):
         return Problem(409, _api_words(str(exc)), action_id=action_id)
     if isinstance(exc, (InvalidInput, UnknownProvider)):
@@ -136,21 +140,34 @@ def problem_for(exc: SettledError, action_id: str | None = None) -> Problem:
             headers={"Retry-After": "5"},
         )
     if isinstance(exc, LedgerBusy):
-        return Problem(503, "the ledger is busy; nothing was changed: try again", action_id=action_id,
-                       headers={"Retry-After": "1"})  # fmt: skip
+        return Problem(
+            503,
+            "the ledger is busy; nothing was changed: try again",
+            action_id=action_id,
+            headers={"Retry-After": "1"},
+        )
     if isinstance(exc, LedgerError):
-        return Problem(503, "the ledger cannot be used now; see the server's log",
-                       action_id=action_id, headers={"Retry-After": "5"})  # fmt: skip
+        return Problem(
+            503,
+            "the ledger cannot be used now; see the server's log",
+            action_id=action_id,
+            headers={"Retry-After": "5"},
+        )
     if isinstance(exc, (ConfigError, MissingExtra)):
-        return Problem(500, "the server's configuration cannot serve this; see its log",
-                       action_id=action_id)  # fmt: skip
+        return Problem(
+            500, "the server's configuration cannot serve this; see its log", action_id=action_id
+        )
     return Problem(500, "internal error; see the server's log", action_id=action_id)
 
 
 def _api_words(message: str) -> str:
     """The core's message, with the CLI's flag names as the API's field names."""
-    for flag, field in (("--action-id", "action_id"), ("--params", "params"),
-                        ("--reason", "reason"), ("--by", "by")):  # fmt: skip
+    for flag, field in (
+        ("--action-id", "action_id"),
+        ("--params", "params"),
+        ("--reason", "reason"),
+        ("--by", "by"),
+    ):
         message = message.replace(flag, field)
     return message
 

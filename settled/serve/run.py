@@ -165,14 +165,18 @@ class _JsonLogging(logging.Handler):
             message = one_line(record.getMessage())
         except Exception:  # a library's malformed log call must not stop the service
             message = one_line(str(record.msg))
-        self.service.emit("library", level=record.levelname.lower(), logger=record.name,
-                          message=message)  # fmt: skip
+        self.service.emit(
+            "library", level=record.levelname.lower(), logger=record.name, message=message
+        )
 
 
 def serve(
-    app: Any, service: Service, sock: socket.socket, notifier: Notifier,
+    app: Any,
+    service: Service,
+    sock: socket.socket,
+    notifier: Notifier,
     early: list[int] | None = None,
-) -> int:  # fmt: skip
+) -> int:
     """Serve ``app`` on ``sock`` until SIGTERM/SIGINT; 0 when it stopped cleanly.
 
     ``early`` is the list the command's own handlers filled during start-up: a signal
@@ -191,10 +195,16 @@ def serve(
     trusted = list(dict.fromkeys([*TRUSTED_PROXIES, *service.config.serve.ui.trusted_proxies]))
     app = Peer(ProxyHeadersMiddleware(app, trusted_hosts=trusted))
     config = uvicorn.Config(
-        app, log_config=None, access_log=False, log_level="warning", lifespan="on",
+        app,
+        log_config=None,
+        access_log=False,
+        log_level="warning",
+        lifespan="on",
         proxy_headers=False,
-        timeout_graceful_shutdown=int(GRACE), timeout_keep_alive=KEEP_ALIVE, server_header=False,
-    )  # fmt: skip
+        timeout_graceful_shutdown=int(GRACE),
+        timeout_keep_alive=KEEP_ALIVE,
+        server_header=False,
+    )
     handler = _JsonLogging(service)
     root = logging.getLogger()
     root.addHandler(handler)
@@ -220,15 +230,26 @@ def serve(
 
     def listening() -> None:
         service.emit(
-            "listening", url=url, api=f"{url}/api/v1", ui=f"{url}/ui/", mcp=f"{url}/mcp",
-            ledger=service.ledger_location, tokens=len(service.tokens),
-            remote=not is_loopback(host), reconcile=service.sweeper is not None,
-            hosts=service.guard.allowed_hosts(), max_body=service.max_body, pid=os.getpid(),
-        )  # fmt: skip
+            "listening",
+            url=url,
+            api=f"{url}/api/v1",
+            ui=f"{url}/ui/",
+            mcp=f"{url}/mcp",
+            ledger=service.ledger_location,
+            tokens=len(service.tokens),
+            remote=not is_loopback(host),
+            reconcile=service.sweeper is not None,
+            hosts=service.guard.allowed_hosts(),
+            max_body=service.max_body,
+            pid=os.getpid(),
+        )
         if not len(service.tokens):
-            service.emit("warning", level="warning",
-                         message="no API tokens are configured: /api/v1 answers 401 to every call "
-                                 "until [serve.tokens.NAME] is set (docs/serve.md)")  # fmt: skip
+            service.emit(
+                "warning",
+                level="warning",
+                message="no API tokens are configured: /api/v1 answers 401 to every call "
+                "until [serve.tokens.NAME] is set (docs/serve.md)",
+            )
         notifier.ready(f"serving {url}")
 
     def stopping(reason: str) -> None:

@@ -88,8 +88,13 @@ class Service:
         from .problems import one_line
 
         route = request.scope.get("settled.route") if request is not None else None
-        self.emit("error", level="error", error=type(exc).__name__, message=one_line(str(exc)),
-                  route=route)  # fmt: skip
+        self.emit(
+            "error",
+            level="error",
+            error=type(exc).__name__,
+            message=one_line(str(exc)),
+            route=route,
+        )
 
     async def run(self, fn: Callable[[Session], T]) -> T:
         """``fn(session)`` in a worker thread, with a pooled session of its own."""

@@ -182,8 +182,12 @@ class Sessions:
         return Person(name, how, secrets.token_hex(6), allowed, int(now) + self.ui.session_ttl)
 
     def cookie(self, person: Person) -> str:
-        payload: dict[str, Any] = {"n": person.name, "h": person.how, "s": person.sid,
-                                   "e": person.expires}  # fmt: skip
+        payload: dict[str, Any] = {
+            "n": person.name,
+            "h": person.how,
+            "s": person.sid,
+            "e": person.expires,
+        }
         if person.how.startswith("token:"):
             found = self.tokens.named(person.how.removeprefix("token:"))
             assert found is not None

@@ -93,10 +93,21 @@ def statements(d: Dialect) -> list[Statement]:
     return [
         (render(_COUNTS, d), ["operator:%", "callback:%"]),
         (render(first_seen, d), []),
-        (render(events, d), [k["outcome"], k["resolved"], k["unresolved"], k["outcome"],
-                             k["reconciled"], k["resolved"], k["unresolved"], k["callback"]]),
+        (
+            render(events, d),
+            [
+                k["outcome"],
+                k["resolved"],
+                k["unresolved"],
+                k["outcome"],
+                k["reconciled"],
+                k["resolved"],
+                k["unresolved"],
+                k["callback"],
+            ],
+        ),
         (render(accepted_then_absent, d), [k["outcome"], k["reconciled"]]),
-    ]  # fmt: skip
+    ]
 
 
 def figures(

@@ -196,9 +196,11 @@ class Stats:
 
 
 def fold_stats(
-    totals: Sequence[Any], cells: Iterable[Sequence[Any]], ages: Iterable[Sequence[Any]],
+    totals: Sequence[Any],
+    cells: Iterable[Sequence[Any]],
+    ages: Iterable[Sequence[Any]],
     ages_by: Iterable[Sequence[Any]] | None,
-) -> Stats:  # fmt: skip
+) -> Stats:
     """The aggregate statements' rows (``query.stats_statements``), the same on both
     backends, as ``Stats``."""
 
@@ -210,10 +212,12 @@ def fold_stats(
 
     out = Stats(total=int(totals[0]), checks_failing_now=int(totals[1] or 0))
     out.cells = sorted(
-        (StatsCell(str(st), str(p), str(o), g, int(n), str(first), ex)
-         for st, p, o, g, n, first, ex in cells),
+        (
+            StatsCell(str(st), str(p), str(o), g, int(n), str(first), ex)
+            for st, p, o, g, n, first, ex in cells
+        ),
         key=lambda c: (-c.count, c.status, c.provider, c.operation, c.reason_group or ""),
-    )  # fmt: skip
+    )
     for row in ages:
         out.ages = age(row)
     for row in ages_by or ():
@@ -665,28 +669,55 @@ def moved_message(location: str, to: str, at: str) -> str:
 def pending_from_row(row: Mapping[str, Any]) -> PendingCallback:
     """A callbacks row (``CALLBACK_COLUMNS``) as the kept callback it is."""
     cb = Callback(
-        provider=row["provider"], event_id=row["event_id"], scheme=row["scheme"],
-        names=row["names"], key=row["key"], status=row["status"],
-        reported=Reported(row["reported"]), digest=row["digest"],
-        received_at=row["received_at"], expires_at=row["expires_at"], item=row["item"],
-    )  # fmt: skip
+        provider=row["provider"],
+        event_id=row["event_id"],
+        scheme=row["scheme"],
+        names=row["names"],
+        key=row["key"],
+        status=row["status"],
+        reported=Reported(row["reported"]),
+        digest=row["digest"],
+        received_at=row["received_at"],
+        expires_at=row["expires_at"],
+        item=row["item"],
+    )
     return PendingCallback(cb, row["action_id"], row["attempt"], int(row["tries"] or 0))
 
 
 CALLBACK_COLUMNS = (
-    "provider", "event_id", "scheme", "names", "key", "status", "reported", "digest",
-    "received_at", "expires_at", "item", "action_id", "attempt", "tries",
-)  # fmt: skip
+    "provider",
+    "event_id",
+    "scheme",
+    "names",
+    "key",
+    "status",
+    "reported",
+    "digest",
+    "received_at",
+    "expires_at",
+    "item",
+    "action_id",
+    "attempt",
+    "tries",
+)
 
 
 def callback_row(cb: Callback) -> dict[str, Any]:
     """A new callback's row, pending until matched."""
     return {
-        "provider": cb.provider, "event_id": cb.event_id, "scheme": cb.scheme,
-        "names": cb.names, "key": cb.key, "status": cb.status, "reported": str(cb.reported),
-        "digest": cb.digest, "item": cb.item, "received_at": cb.received_at,
-        "expires_at": cb.expires_at, "state": "pending",
-    }  # fmt: skip
+        "provider": cb.provider,
+        "event_id": cb.event_id,
+        "scheme": cb.scheme,
+        "names": cb.names,
+        "key": cb.key,
+        "status": cb.status,
+        "reported": str(cb.reported),
+        "digest": cb.digest,
+        "item": cb.item,
+        "received_at": cb.received_at,
+        "expires_at": cb.expires_at,
+        "state": "pending",
+    }
 
 
 def same_action(existing: ActionRecord, new: ActionRecord) -> None:
@@ -710,11 +741,18 @@ def same_action(existing: ActionRecord, new: ActionRecord) -> None:
 READ_COLUMNS: dict[str, tuple[str, ...]] = {
     "actions": COLUMNS,
     "events": (
-        "id", "action_id", "at", "actor", "kind", "from_status", "to_status", "attempt",
+        "id",
+        "action_id",
+        "at",
+        "actor",
+        "kind",
+        "from_status",
+        "to_status",
+        "attempt",
         "detail",
     ),
     "callbacks": (*CALLBACK_COLUMNS, "state", "matched_at", "next_check_at"),
-}  # fmt: skip
+}
 
 
 def missing_for_reads(

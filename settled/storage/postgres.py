@@ -607,8 +607,10 @@ class PostgresLedger(Ledger):
         from .truth import TABLES
 
         columns, key = TABLES[table]  # names from a fixed table, never from input
-        by = ", ".join(f'{c} COLLATE "C"' if c in ("action_id", "provider", "event_id") else c
-                       for c in (order.split(", ") if order else key))  # fmt: skip
+        by = ", ".join(
+            f'{c} COLLATE "C"' if c in ("action_id", "provider", "event_id") else c
+            for c in (order.split(", ") if order else key)
+        )
         sql = f"SELECT {', '.join(columns)} FROM {table} ORDER BY {by}"
         held = self._held
         if held is None:
@@ -649,18 +651,22 @@ class PostgresLedger(Ledger):
     def still(self) -> Iterator[Still]:
         # EXCLUSIVE: readers go on (ACCESS SHARE), every writer waits for the commit;
         # a writer that holds a lock longer than lock_timeout makes this LedgerBusy.
-        with self._holding("hold the ledger still", [
-            "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
-            "LOCK TABLE actions, events, callbacks IN EXCLUSIVE MODE",
-        ]) as cur:  # fmt: skip
+        with self._holding(
+            "hold the ledger still",
+            [
+                "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+                "LOCK TABLE actions, events, callbacks IN EXCLUSIVE MODE",
+            ],
+        ) as cur:
             yield _PgStill(self, cur)
 
     def verify(self, on_record: Callable[[int], None] | None = None) -> Any:
         """``Ledger.verify`` from one snapshot (a repeatable-read, read-only transaction)."""
         from . import truth
 
-        with self._holding("verify the ledger",
-                           ["SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"]):  # fmt: skip
+        with self._holding(
+            "verify the ledger", ["SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"]
+        ):
             return truth.verify(self, on_record)
 
     def moved(self) -> tuple[str, str] | None:
@@ -935,9 +941,13 @@ class PostgresLedger(Ledger):
             return Taken.PENDING, None
         cur.execute(
             WRITES.callback_matched,
-            (rec.action_id, rec.attempt if pending.attempt is None else pending.attempt,
-             to_text(now), *key),
-        )  # fmt: skip
+            (
+                rec.action_id,
+                rec.attempt if pending.attempt is None else pending.attempt,
+                to_text(now),
+                *key,
+            ),
+        )
         return Taken.MATCHED, move
 
     # ------------------------------------------------------------ copying
@@ -1000,9 +1010,16 @@ class PostgresLedger(Ledger):
             f" VALUES ({', '.join(['%s'] * len(row))}) ON CONFLICT (action_id) DO NOTHING"
             f" RETURNING action_id) INSERT INTO events ({_EVENT_COLS})"
             " SELECT action_id, %s::timestamptz, %s, %s, NULL, %s, %s::int, %s FROM a",
-            [*row.values(), rec.created_at, _clean(actor), str(EventKind.RECORDED),
-             str(rec.status), rec.attempt, event_detail_text(recorded_detail(rec))],
-        )  # fmt: skip
+            [
+                *row.values(),
+                rec.created_at,
+                _clean(actor),
+                str(EventKind.RECORDED),
+                str(rec.status),
+                rec.attempt,
+                event_detail_text(recorded_detail(rec)),
+            ],
+        )
         if cur.rowcount == 1:
             return None
         found = self._find(cur, rec.action_id)
@@ -1148,11 +1165,20 @@ def _claimed_insert(rec: ActionRecord, actor: str, claim: Move) -> Statement:
     )
     args = [
         *row.values(),
-        rec.created_at, _clean(actor), str(EventKind.RECORDED), str(rec.status), rec.attempt,
+        rec.created_at,
+        _clean(actor),
+        str(EventKind.RECORDED),
+        str(rec.status),
+        rec.attempt,
         event_detail_text(recorded_detail(rec)),
-        claim.at, _clean(claim.actor), str(claim.kind), str(claim.frm), str(claim.to), attempt,
+        claim.at,
+        _clean(claim.actor),
+        str(claim.kind),
+        str(claim.frm),
+        str(claim.to),
+        attempt,
         event_detail_text(claim.detail),
-    ]  # fmt: skip
+    ]
     return sql, args
 
 
@@ -1168,9 +1194,18 @@ def _copy_in(cur: Cursor, chunk: Sequence[History]) -> int:
         for _, log in chunk:
             for e in log:
                 copy.write_row(
-                    (e.id, e.action_id, e.at, _clean(e.actor), e.kind, e.from_status,
-                     e.to_status, e.attempt, event_detail_text(e.detail))
-                )  # fmt: skip
+                    (
+                        e.id,
+                        e.action_id,
+                        e.at,
+                        _clean(e.actor),
+                        e.kind,
+                        e.from_status,
+                        e.to_status,
+                        e.attempt,
+                        event_detail_text(e.detail),
+                    )
+                )
     return len(chunk)
 
 
@@ -1210,8 +1245,9 @@ def _map(
     if state in _BUSY:
         return LedgerBusy(f"ledger {location} is busy: {text}; {doing} did not happen")
     if state == "53100":
-        return LedgerFull(f"ledger {location}: the database's disk is full; {doing} did not "
-                          f"happen ({text})")  # fmt: skip
+        return LedgerFull(
+            f"ledger {location}: the database's disk is full; {doing} did not happen ({text})"
+        )
     if state in _READ_ONLY:
         return LedgerReadOnly(
             f"ledger {location} cannot be written ({text}); {doing} did not happen"

@@ -165,8 +165,7 @@ def where(sel: Any, d: Dialect) -> Where:
     if sel.match:
         needle = fold(sel.match)
         texts = ("reason", "contradiction", d.detail_of_last_event)
-        found = [d.find.format(haystack=d.lower(f"COALESCE({t}, '')"), needle=m)
-                 for t in texts]  # fmt: skip
+        found = [d.find.format(haystack=d.lower(f"COALESCE({t}, '')"), needle=m) for t in texts]
         parts.append("(" + " OR ".join(found) + ")")
         args += [needle] * len(texts)
     return Where((" WHERE " + " AND ".join(parts)) if parts else "", args)

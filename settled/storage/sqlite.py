@@ -744,9 +744,13 @@ class SqliteLedger(Ledger):
             return Taken.PENDING, None
         c.execute(
             WRITES.callback_matched,
-            (rec.action_id, rec.attempt if pending.attempt is None else pending.attempt,
-             to_text(now), *key),
-        )  # fmt: skip
+            (
+                rec.action_id,
+                rec.attempt if pending.attempt is None else pending.attempt,
+                to_text(now),
+                *key,
+            ),
+        )
         return Taken.MATCHED, move
 
     # ------------------------------------------------------------ copying
@@ -779,9 +783,21 @@ class SqliteLedger(Ledger):
                 c.executemany(
                     "INSERT INTO events (id, action_id, at, actor, kind, from_status, to_status,"
                     " attempt, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(e.id, e.action_id, e.at, e.actor, e.kind, e.from_status, e.to_status,
-                      e.attempt, event_detail_text(e.detail)) for e in events],
-                )  # fmt: skip
+                    [
+                        (
+                            e.id,
+                            e.action_id,
+                            e.at,
+                            e.actor,
+                            e.kind,
+                            e.from_status,
+                            e.to_status,
+                            e.attempt,
+                            event_detail_text(e.detail),
+                        )
+                        for e in events
+                    ],
+                )
                 n += 1
             c.executemany(
                 f"INSERT INTO callbacks ({', '.join(CALLBACK_TABLE_COLUMNS)})"
@@ -806,8 +822,17 @@ class SqliteLedger(Ledger):
             if same:
                 same_action(found, rec)
             return found
-        self._event(c, rec.action_id, rec.created_at, actor, EventKind.RECORDED, None,
-                    str(rec.status), rec.attempt, recorded_detail(rec))  # fmt: skip
+        self._event(
+            c,
+            rec.action_id,
+            rec.created_at,
+            actor,
+            EventKind.RECORDED,
+            None,
+            str(rec.status),
+            rec.attempt,
+            recorded_detail(rec),
+        )
         return None
 
     def _apply(self, c: sqlite3.Connection, m: Move, *, everything: bool) -> dict[str, Any] | None:
@@ -824,9 +849,17 @@ class SqliteLedger(Ledger):
                 "INSERT INTO events (action_id, at, actor, kind, from_status, to_status, attempt,"
                 " detail) SELECT action_id, ?, ?, ?, ?, ?, coalesce(?, attempt), ?"
                 f" FROM actions WHERE {where}",
-                [m.at, m.actor, str(m.kind), str(m.frm), str(m.to),
-                 statements.move_values(m).get("attempt"), event_detail_text(m.detail), *guard],
-            )  # fmt: skip
+                [
+                    m.at,
+                    m.actor,
+                    str(m.kind),
+                    str(m.frm),
+                    str(m.to),
+                    statements.move_values(m).get("attempt"),
+                    event_detail_text(m.detail),
+                    *guard,
+                ],
+            )
             if cur.rowcount != 1:
                 return None
             # the guard holds (the write lock is held): the update below finds the row
@@ -834,8 +867,10 @@ class SqliteLedger(Ledger):
         sql, args = statements.move_update(m, DIALECT, (where, guard))
         row: dict[str, Any] | None
         if HAS_RETURNING:  # the new row in the same statement: no SELECT after the UPDATE
-            cur = c.execute(sql + (f" RETURNING {', '.join(COLUMNS)}" if everything
-                                   else " RETURNING attempt"), args)  # fmt: skip
+            cur = c.execute(
+                sql + (f" RETURNING {', '.join(COLUMNS)}" if everything else " RETURNING attempt"),
+                args,
+            )
             found = cur.fetchall()  # at most one row (action_id is the key); ends the statement
             if not found:
                 return None
@@ -891,8 +926,9 @@ class _SqliteStill(Still):
         )
 
     def mark_moved(self, to: str, at: str) -> None:
-        self.conn.execute("INSERT INTO ledger_moved (only_row, moved_to, moved_at) VALUES (1, ?, ?)",
-                          (to, at))  # fmt: skip
+        self.conn.execute(
+            "INSERT INTO ledger_moved (only_row, moved_to, moved_at) VALUES (1, ?, ?)", (to, at)
+        )
 
 
 def _dicts(cur: sqlite3.Cursor) -> list[dict[str, Any]]:

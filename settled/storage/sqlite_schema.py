@@ -237,8 +237,13 @@ def _m008_moved(db: sqlite_utils.Database) -> None:
         "CREATE TABLE ledger_moved (only_row INTEGER PRIMARY KEY CHECK (only_row = 1),"
         " moved_to TEXT NOT NULL, moved_at TEXT NOT NULL)"
     )
-    for table, verb in (("actions", "INSERT"), ("actions", "UPDATE"), ("events", "INSERT"),
-                        ("callbacks", "INSERT"), ("callbacks", "UPDATE")):  # fmt: skip
+    for table, verb in (
+        ("actions", "INSERT"),
+        ("actions", "UPDATE"),
+        ("events", "INSERT"),
+        ("callbacks", "INSERT"),
+        ("callbacks", "UPDATE"),
+    ):
         db.execute(
             f"CREATE TRIGGER {table}_not_moved_{verb.lower()} BEFORE {verb} ON {table} "
             "WHEN EXISTS (SELECT 1 FROM ledger_moved) "

@@ -27,8 +27,16 @@ from .query import Dialect
 
 SELECT = f"SELECT {', '.join(COLUMNS)} FROM actions"
 EVENT_COLUMNS = (
-    "id", "action_id", "at", "actor", "kind", "from_status", "to_status", "attempt", "detail",
-)  # fmt: skip
+    "id",
+    "action_id",
+    "at",
+    "actor",
+    "kind",
+    "from_status",
+    "to_status",
+    "attempt",
+    "detail",
+)
 _EVENTS = f"SELECT {', '.join(EVENT_COLUMNS)} FROM events"
 _CALLBACKS = f"SELECT {', '.join(CALLBACK_COLUMNS)} FROM callbacks"
 
@@ -181,17 +189,26 @@ def reads(d: Dialect) -> Reads:
 def writes(d: Dialect) -> Writes:
     """Every named write statement in dialect ``d`` (``{names}`` is left in place)."""
     return Writes(
-        **{f.name: render(str(f.default).replace("{names}", "{{names}}"), d)
-           for f in fields(Writes)}
-    )  # fmt: skip
+        **{
+            f.name: render(str(f.default).replace("{names}", "{{names}}"), d)
+            for f in fields(Writes)
+        }
+    )
 
 
 # -- their arguments and rows ------------------------------------------------------------------
 
 
 def rivals_args(rec: ActionRecord, limit: int) -> list[Any]:
-    return [rec.provider, rec.operation, rec.params_hash, rec.action_id, rec.dispatched_at,
-            rec.dispatched_at, limit]  # fmt: skip
+    return [
+        rec.provider,
+        rec.operation,
+        rec.params_hash,
+        rec.action_id,
+        rec.dispatched_at,
+        rec.dispatched_at,
+        limit,
+    ]
 
 
 def ids_args(prefix: str, limit: int) -> list[Any]:
@@ -199,14 +216,28 @@ def ids_args(prefix: str, limit: int) -> list[Any]:
 
 
 def pending_args(rec: ActionRecord) -> list[Any]:
-    return [rec.provider, rec.action_id, rec.action_id, rec.reconciliation_key,
-            rec.provider_object_id]  # fmt: skip
+    return [
+        rec.provider,
+        rec.action_id,
+        rec.action_id,
+        rec.reconciliation_key,
+        rec.provider_object_id,
+    ]
 
 
 def event_from_row(r: Sequence[Any]) -> Event:
     """An events row (``EVENT_COLUMNS``) as its event."""
-    return Event(id=r[0], action_id=r[1], at=r[2], actor=r[3], kind=r[4], from_status=r[5],
-                 to_status=r[6], attempt=r[7], detail=json.loads(r[8]))  # fmt: skip
+    return Event(
+        id=r[0],
+        action_id=r[1],
+        at=r[2],
+        actor=r[3],
+        kind=r[4],
+        from_status=r[5],
+        to_status=r[6],
+        attempt=r[7],
+        detail=json.loads(r[8]),
+    )
 
 
 def callback_figures(rows: Sequence[Sequence[Any]]) -> dict[str, CallbackFigures]:

@@ -101,8 +101,9 @@ def address(ledger: Ledger) -> str:
     userinfo, at, hosts = netloc.rpartition("@")
     if at:
         netloc = f"{userinfo.partition(':')[0]}@{hosts}" if userinfo.partition(":")[0] else hosts
-    query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
-                       if k != "password"])  # fmt: skip
+    query = urlencode(
+        [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "password"]
+    )
     return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
 
 

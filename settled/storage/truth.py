@@ -37,8 +37,17 @@ from ..model import (
 )
 from .base import CALLBACK_COLUMNS, COLUMNS, History, from_row
 
-EVENT_COLUMNS = ("id", "action_id", "at", "actor", "kind", "from_status", "to_status",
-                 "attempt", "detail")  # fmt: skip
+EVENT_COLUMNS = (
+    "id",
+    "action_id",
+    "at",
+    "actor",
+    "kind",
+    "from_status",
+    "to_status",
+    "attempt",
+    "detail",
+)
 CALLBACK_TABLE_COLUMNS = (*CALLBACK_COLUMNS, "state", "matched_at", "next_check_at")
 # Every table that holds history, its columns and its key (the order rows are read in).
 TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -154,8 +163,17 @@ def histories(source: RowSource) -> Iterator[History]:
 
 def event_of(location: str, row: Sequence[Any]) -> Event:
     r = canonical(location, "events", row)
-    return Event(id=r[0], action_id=r[1], at=r[2], actor=r[3], kind=r[4], from_status=r[5],
-                 to_status=r[6], attempt=r[7], detail=json.loads(row[8]))  # fmt: skip
+    return Event(
+        id=r[0],
+        action_id=r[1],
+        at=r[2],
+        actor=r[3],
+        kind=r[4],
+        from_status=r[5],
+        to_status=r[6],
+        attempt=r[7],
+        detail=json.loads(row[8]),
+    )
 
 
 # -- rule 18: history is the truth of state ------------------------------------------------
@@ -172,8 +190,13 @@ class Finding:
     why: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"action_id": self.action_id, "field": self.field, "record": self.record,
-                "events": self.events, "why": self.why}  # fmt: skip
+        return {
+            "action_id": self.action_id,
+            "field": self.field,
+            "record": self.record,
+            "events": self.events,
+            "why": self.why,
+        }
 
     def line(self) -> str:
         text = (
@@ -193,19 +216,39 @@ def replay(rec: ActionRecord, log: Sequence[Event]) -> list[Finding]:
         return [Finding(aid, "status", str(rec.status), "nothing", "the record has no events")]
     first = log[0]
     if (first.kind, first.from_status, first.to_status) != ("recorded", None, "PENDING"):
-        out.append(Finding(aid, "events", "recorded → PENDING first",
-                           f"{first.kind} {first.from_status} → {first.to_status}",
-                           f"event {first.id} is not the recording"))  # fmt: skip
+        out.append(
+            Finding(
+                aid,
+                "events",
+                "recorded → PENDING first",
+                f"{first.kind} {first.from_status} → {first.to_status}",
+                f"event {first.id} is not the recording",
+            )
+        )
     state = first.to_status
     for ev in log[1:]:
         if ev.from_status != state:
-            out.append(Finding(aid, "events", f"from {state}", f"from {ev.from_status}",
-                               f"event {ev.id} ({ev.kind}) starts where the log was not"))  # fmt: skip
+            out.append(
+                Finding(
+                    aid,
+                    "events",
+                    f"from {state}",
+                    f"from {ev.from_status}",
+                    f"event {ev.id} ({ev.kind}) starts where the log was not",
+                )
+            )
         try:
             move = (Status(str(ev.from_status)), Status(ev.to_status))
         except ValueError:
-            out.append(Finding(aid, "events", "a status", f"{ev.from_status} → {ev.to_status}",
-                               f"event {ev.id} names no status"))  # fmt: skip
+            out.append(
+                Finding(
+                    aid,
+                    "events",
+                    "a status",
+                    f"{ev.from_status} → {ev.to_status}",
+                    f"event {ev.id} names no status",
+                )
+            )
             state = ev.to_status
             continue
         same = move[0] is move[1]
@@ -217,17 +260,37 @@ def replay(rec: ActionRecord, log: Sequence[Event]) -> list[Finding]:
             or (ev.kind == EventKind.RECONCILED and move in EVIDENCE_CORRECTIONS)
         )
         if not allowed:
-            out.append(Finding(aid, "events", "a move of the table",
-                               f"{ev.kind} {move[0]} → {move[1]}",
-                               f"event {ev.id} is not an allowed move"))  # fmt: skip
+            out.append(
+                Finding(
+                    aid,
+                    "events",
+                    "a move of the table",
+                    f"{ev.kind} {move[0]} → {move[1]}",
+                    f"event {ev.id} is not an allowed move",
+                )
+            )
         state = ev.to_status
     last = log[-1]
     if str(rec.status) != state:
-        out.append(Finding(aid, "status", str(rec.status), state,
-                           f"the last event ({last.id}, {last.kind}) leaves it {state}"))  # fmt: skip
+        out.append(
+            Finding(
+                aid,
+                "status",
+                str(rec.status),
+                state,
+                f"the last event ({last.id}, {last.kind}) leaves it {state}",
+            )
+        )
     if rec.attempt != last.attempt:
-        out.append(Finding(aid, "attempt", rec.attempt, last.attempt,
-                           f"the last event ({last.id}) is of attempt {last.attempt}"))  # fmt: skip
+        out.append(
+            Finding(
+                aid,
+                "attempt",
+                rec.attempt,
+                last.attempt,
+                f"the last event ({last.id}) is of attempt {last.attempt}",
+            )
+        )
     try:
         reached = Status(state)
     except ValueError:
@@ -240,8 +303,11 @@ def replay(rec: ActionRecord, log: Sequence[Event]) -> list[Finding]:
 
 # Who a confirming event says confirmed the record: the provider's reply, a query, or
 # whoever wrote the event (a person's verdict, a provider's callback).
-_CONFIRMED_BY = {EventKind.OUTCOME: "provider", EventKind.LATE_OUTCOME: "provider",
-                 EventKind.RECONCILED: "reconciliation"}  # fmt: skip
+_CONFIRMED_BY = {
+    EventKind.OUTCOME: "provider",
+    EventKind.LATE_OUTCOME: "provider",
+    EventKind.RECONCILED: "reconciliation",
+}
 
 
 def _confirmed_by(rec: ActionRecord, log: Sequence[Event]) -> list[Finding]:
@@ -256,19 +322,28 @@ def _confirmed_by(rec: ActionRecord, log: Sequence[Event]) -> list[Finding]:
         says = ev.actor
     if rec.confirmed_by == says:
         return []
-    return [Finding(rec.action_id, "confirmed_by", rec.confirmed_by, says,
-                    f"event {ev.id} ({ev.kind}) confirmed it")]  # fmt: skip
+    return [
+        Finding(
+            rec.action_id,
+            "confirmed_by",
+            rec.confirmed_by,
+            says,
+            f"event {ev.id} ({ev.kind}) confirmed it",
+        )
+    ]
 
 
 # What each status the log may reach allows on the other axes (None: any value).
-_AXES: dict[Status, tuple[frozenset[Delivery] | None, frozenset[Acceptance] | None, bool | None]] = {
+_AXES: dict[
+    Status, tuple[frozenset[Delivery] | None, frozenset[Acceptance] | None, bool | None]
+] = {
     Status.PENDING: (frozenset({Delivery.PENDING}), frozenset({Acceptance.UNKNOWN}), False),
     Status.IN_FLIGHT: (frozenset({Delivery.IN_FLIGHT}), frozenset({Acceptance.UNKNOWN}), False),
     Status.AWAITING_VERIFICATION: (None, frozenset({Acceptance.UNKNOWN}), None),
     Status.CONFIRMED: (None, frozenset({Acceptance.APPLIED}), True),
     Status.FAILED: (None, frozenset({Acceptance.NOT_APPLIED}), None),
     Status.DENIED_UNRESOLVED: (None, frozenset({Acceptance.UNKNOWN}), None),
-}  # fmt: skip
+}
 
 
 def _axes(rec: ActionRecord, reached: Status, last: Event) -> list[Finding]:
@@ -276,11 +351,21 @@ def _axes(rec: ActionRecord, reached: Status, last: Event) -> list[Finding]:
     deliveries, acceptances, confirmed = _AXES[reached]
     why = f"the events leave it {reached}"
     if deliveries is not None and rec.delivery not in deliveries:
-        out.append(Finding(aid, "delivery", str(rec.delivery),
-                           " or ".join(sorted(map(str, deliveries))), why))  # fmt: skip
+        out.append(
+            Finding(
+                aid, "delivery", str(rec.delivery), " or ".join(sorted(map(str, deliveries))), why
+            )
+        )
     if acceptances is not None and rec.acceptance not in acceptances:
-        out.append(Finding(aid, "acceptance", str(rec.acceptance),
-                           " or ".join(sorted(map(str, acceptances))), why))  # fmt: skip
+        out.append(
+            Finding(
+                aid,
+                "acceptance",
+                str(rec.acceptance),
+                " or ".join(sorted(map(str, acceptances))),
+                why,
+            )
+        )
     if confirmed is True and not rec.confirmed_by:
         out.append(Finding(aid, "confirmed_by", rec.confirmed_by, "who confirmed it", why))
     if confirmed is False and rec.confirmed_by is not None:
@@ -297,8 +382,12 @@ class Verdict:
     findings: list[Finding] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"records": self.records, "events": self.events, "ok": not self.findings,
-                "findings": [f.to_json() for f in self.findings]}  # fmt: skip
+        return {
+            "records": self.records,
+            "events": self.events,
+            "ok": not self.findings,
+            "findings": [f.to_json() for f in self.findings],
+        }
 
     def summary(self) -> str:
         head = f"checked {self.records} records and {self.events} events"
@@ -323,8 +412,15 @@ def verify(source: RowSource, on_record: Callable[[int], None] | None = None) ->
     for row in source.rows("events", "action_id, id"):
         if row[1] not in known:
             v.events += 1
-            v.findings.append(Finding(str(row[1]), "record", "missing", f"event {row[0]}",
-                                      "an event whose record is not in the ledger"))  # fmt: skip
+            v.findings.append(
+                Finding(
+                    str(row[1]),
+                    "record",
+                    "missing",
+                    f"event {row[0]}",
+                    "an event whose record is not in the ledger",
+                )
+            )
     return v
 
 
