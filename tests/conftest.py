@@ -20,61 +20,24 @@ from settled.providers.sim_server import SimServer
 # -- backends ---------------------------------------------------------------------------------
 #
 # Every test that touches a ledger runs twice: against a SQLite file and against a fresh
-# PostgreSQL schema (``backend`` is parametrised in ``pytest_generate_tests``). Modules
-# in LEDGER_FREE never open a ledger and run once; a test marked ``sqlite_only`` is
-# about the SQLite file itself (modes, WAL, locking, corruption); one marked
-# ``postgres_only`` is about PostgreSQL itself.
+# PostgreSQL schema (``backend`` is parametrised in ``pytest_generate_tests``). Markers
+# say otherwise, on a test or a whole module (``pytestmark``):
+#
+# - ``ledger_free``: it never opens a ledger (docs, usage text, config parsing, the
+#   model); it runs once.
+# - ``ledger_incidental``: the ledger is on the way to what it proves, not the subject
+#   (providers against real and simulated servers, request shapes, the fault matrices
+#   of provider replies, rendering, the agents' tool surfaces). The ledger operations
+#   they use are the ones the ledger, flow, CLI and reliability modules run on both
+#   backends; run once, on SQLite, they keep the suite within its time on two cores.
+# - ``sqlite_only``: about the SQLite file itself (modes, WAL, locking, corruption).
+# - ``postgres_only``: about PostgreSQL itself.
 
 BACKENDS = ("sqlite", "postgres")
-LEDGER_FREE = {
-    "test_api",
-    "test_callbacks_config",
-    "test_client",
-    "test_cli_usage",
-    "test_cookbook",
-    "test_docs",
-    "test_docs_operator",
-    "test_docs_providers",
-    "test_http_config",
-    "test_model",
-    "test_rel_cli_usage",
-    "test_rel_redaction",
-    "test_sim",
-    "test_static",
-    "test_wire",
-    "test_docs_architecture",
-    "test_docs_cli",
-    "test_docs_links",
-}
-
-
-# Modules whose tests touch a ledger only on the way to what they test: providers
-# against real and simulated servers, request shapes, the fault matrices of provider
-# replies, rendering, and the agents' tool surfaces. The ledger operations they use
-# (record and claim, moves, due batches, reads) are the ones the ledger, flow, CLI and
-# reliability modules run on both backends; run once, on SQLite, they keep the whole
-# suite within its time on two cores. A single test of that kind in a module that
-# otherwise runs on both is marked ``ledger_incidental``: help and usage text, config
-# and reply parsing, input refused before a ledger is opened.
-INCIDENTAL = {
-    "test_agents",
-    "test_caldav",
-    "test_cli_render",
-    "test_cli_terminal",
-    "test_http",
-    "test_http_shape",
-    "test_imports",
-    "test_mcp",
-    "test_mcp_process",
-    "test_real_caldav",
-    "test_real_datasette",
-    "test_real_jsonserver",
-    "test_rel_fault_matrix",
-    "test_rel_fault_matrix_http",
-}
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "ledger_free: opens no ledger; runs once")
     config.addinivalue_line("markers", "sqlite_only: about the SQLite file itself; runs once")
     config.addinivalue_line("markers", "postgres_only: about the PostgreSQL ledger itself")
     config.addinivalue_line(
@@ -91,7 +54,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     elif (
         node.get_closest_marker("sqlite_only")
         or node.get_closest_marker("ledger_incidental")
-        or metafunc.module.__name__ in (LEDGER_FREE | INCIDENTAL)
+        or node.get_closest_marker("ledger_free")
     ):
         return
     else:

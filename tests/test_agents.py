@@ -30,6 +30,8 @@ from settled.errors import (
 from settled.model import Acceptance, ActionRecord, Delivery, Status, Tier
 from settled.providers.sim_server import SimServer
 
+pytestmark = pytest.mark.ledger_incidental
+
 DOCS = (ROOT / "docs" / "agents.md").read_text()
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from support import ROOT
+
+pytestmark = pytest.mark.slow
 
 
 def test_the_example_agent_loop_never_reports_a_lost_mail_and_books_once() -> None:

@@ -19,6 +19,8 @@ from support import ROOT
 import settled
 from settled import errors
 
+pytestmark = pytest.mark.ledger_free
+
 LIBRARY_DOC = ROOT / "docs" / "library.md"
 INIT = ROOT / "settled" / "__init__.py"
 

@@ -30,6 +30,8 @@ from settled.providers import Registry
 from settled.providers.base import QueryTarget, Seen
 from settled.reconcile import Reconciler
 
+pytestmark = pytest.mark.ledger_incidental
+
 USER, PASSWORD = "alice", "s3cret-cal-pw"
 
 

@@ -15,6 +15,8 @@ from settled import config
 from settled.errors import ConfigError
 from settled.providers import Registry
 
+pytestmark = pytest.mark.ledger_free
+
 GOOD: dict[str, Any] = {
     "scheme": "twilio",
     "secret": "${TWILIO_AUTH_TOKEN}",

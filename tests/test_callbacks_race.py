@@ -27,6 +27,8 @@ from settled.providers import Registry
 from settled.providers.sim_server import CallbackPlan, SimServer
 from settled.reconcile import Reconciler
 
+pytestmark = pytest.mark.slow
+
 SECRET = "whsec_" + "c2V0dGxlZC1zaW0tY2FsbGJhY2stc2VjcmV0"  # base64 of a test secret
 WAIT = 60.0  # s: a generous bound for a loaded machine
 RACES = 4  # rounds of (after, before, both), times SETTLED_TEST_BUDGET

@@ -29,7 +29,10 @@ from settled.cli.shells import bash_in_double_quotes, bash_in_single_quotes, bas
 from settled.dispatch import Dispatcher
 from settled.providers import Registry
 
-pytestmark = pytest.mark.ledger_incidental  # the shells are the subject, not the ledger
+pytestmark = [
+    pytest.mark.ledger_incidental,
+    pytest.mark.slow,
+]  # the shells are the subject, not the ledger
 
 HOSTILE = {
     "command-substitution": "ord-1$(touch MARK)",

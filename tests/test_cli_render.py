@@ -23,6 +23,8 @@ from settled.cli.select import Target
 from settled.clock import utcnow
 from settled.reconcile import Change
 
+pytestmark = pytest.mark.ledger_incidental
+
 MARKUP = [
     "[/]",
     "[bold]",

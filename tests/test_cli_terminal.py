@@ -16,7 +16,11 @@ from settled import Ledger
 from settled.model import Status
 from settled.providers.sim_server import SimServer
 
-pytestmark = pytest.mark.skipif(not tmux_available(), reason="tmux is not installed")
+pytestmark = [
+    pytest.mark.skipif(not tmux_available(), reason="tmux is not installed"),
+    pytest.mark.ledger_incidental,
+    pytest.mark.slow,
+]
 
 WORDS = (
     "verification budget spent after six checks last answer reconcilable unknown "

@@ -18,6 +18,8 @@ import pytest
 from settled.providers import make_client
 from settled.providers.sim_server import SimServer
 
+pytestmark = pytest.mark.ledger_free
+
 
 @pytest.fixture
 def ca_loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:

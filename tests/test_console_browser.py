@@ -39,7 +39,10 @@ HOSTILE_TEXT = (
 )
 ARTIFACTS = Path(os.environ.get("SETTLED_ARTIFACTS") or ROOT / "tmp" / "artifacts") / "console"
 
-pytestmark = pytest.mark.sqlite_only  # about the pages, not the ledger's backend
+pytestmark = [
+    pytest.mark.sqlite_only,
+    pytest.mark.slow,
+]  # about the pages, not the ledger's backend
 
 if not os.path.exists(CHROMIUM):
     pytest.skip(

@@ -16,7 +16,10 @@ from support import sim_conf, write_config
 
 from settled.providers.sim_server import SimServer
 
-pytestmark = pytest.mark.sqlite_only  # about the HTTP edge, not the ledger's backend
+pytestmark = [
+    pytest.mark.sqlite_only,
+    pytest.mark.slow,
+]  # about the HTTP edge, not the ledger's backend
 
 UI_SECRET = "u" * 32
 

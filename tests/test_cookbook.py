@@ -22,6 +22,8 @@ from settled.model import Tier
 from settled.providers import Registry
 from settled.providers.base import QueryTarget, Request, Seen, Wire
 
+pytestmark = pytest.mark.ledger_free
+
 ROOT = Path(__file__).resolve().parent.parent
 COOKBOOK = ROOT / "docs" / "cookbook"
 ENV = {

@@ -9,10 +9,13 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 import rawdb
 from support import popen_cli, run_cli, sim_conf, write_config
 
 from settled.providers.sim_server import SimServer
+
+pytestmark = pytest.mark.slow
 
 
 def test_killed_dispatcher_leaves_in_flight_and_nothing_resends(tmp_path: Path) -> None:

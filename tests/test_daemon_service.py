@@ -29,6 +29,8 @@ from settled.dispatch import Dispatcher
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer
 
+pytestmark = pytest.mark.slow
+
 
 def lines(text: str) -> list[dict[str, Any]]:
     return [json.loads(x) for x in text.splitlines() if x.strip()]

@@ -13,6 +13,8 @@ from support import COMMANDS, ROOT, run_cli
 
 from settled import Ledger
 
+pytestmark = pytest.mark.ledger_free
+
 README = (ROOT / "README.md").read_text()
 
 

@@ -14,7 +14,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from support import ROOT
+
+pytestmark = pytest.mark.ledger_free
 
 DOC = ROOT / "docs" / "architecture.md"
 PKG = ROOT / "settled"

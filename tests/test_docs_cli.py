@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import difflib
 
+import pytest
 from support import COMMANDS, ROOT
 
 from settled.cli import reference
+
+pytestmark = pytest.mark.ledger_free
 
 FIX = "python -m settled.cli.reference --write"
 

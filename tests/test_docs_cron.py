@@ -25,6 +25,8 @@ from settled.dispatch import Dispatcher
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer
 
+pytestmark = pytest.mark.slow
+
 DAEMON_DOC = (ROOT / "docs" / "daemon.md").read_text()
 TOKEN = "mail-token-5c1e9a"
 

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from support import ROOT
 
+pytestmark = pytest.mark.ledger_free
+
 PAGES = sorted(
     [
         ROOT / "README.md",

@@ -17,6 +17,8 @@ from support import ROOT, sim_conf, write_config
 
 from settled.providers.sim_server import SimServer
 
+pytestmark = pytest.mark.ledger_free
+
 README = (ROOT / "README.md").read_text()
 DAEMON_DOC = (ROOT / "docs" / "daemon.md").read_text()
 

@@ -13,6 +13,8 @@ from settled import config
 from settled.errors import ConfigError
 from settled.providers import Registry
 
+pytestmark = pytest.mark.ledger_free
+
 DOC = Path(__file__).resolve().parents[1] / "docs" / "providers.md"
 
 

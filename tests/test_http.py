@@ -29,6 +29,8 @@ from settled.providers.base import QueryTarget, Request, Seen, Wire
 from settled.providers.sim_server import SimServer
 from settled.reconcile import Reconciler
 
+pytestmark = pytest.mark.ledger_incidental
+
 DEADLINE = 0.5
 
 

@@ -15,6 +15,8 @@ from support import run_cli, write_config
 from settled.errors import ConfigError
 from settled.providers import Registry
 
+pytestmark = pytest.mark.ledger_free
+
 GOOD: dict[str, Any] = {
     "type": "http",
     "base_url": "https://api.example.com",

@@ -19,6 +19,8 @@ from settled.providers import Registry
 from settled.providers.base import QueryTarget, Request, Seen, Wire
 from settled.providers.http import HttpProvider
 
+pytestmark = pytest.mark.ledger_incidental
+
 Handler = Callable[[httpx.Request], httpx.Response]
 
 

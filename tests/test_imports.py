@@ -9,10 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from records import new_record
 
 import settled
 from settled import Ledger
+
+pytestmark = pytest.mark.ledger_incidental
 
 HEAVY = ("httpx", "apscheduler", "sqlite_utils", "rich.table")
 

@@ -25,6 +25,8 @@ from settled.agents.mcp_server import build_server
 from settled.providers.base import OperationSpec
 from settled.providers.sim_server import SimServer
 
+pytestmark = pytest.mark.ledger_incidental
+
 MODES = ["legacy", "auto"]
 OPS = {"sim_book", "sim_deliver", "sim_notify", "sim_send", "sim_set"}
 FIVE = {"action_id", "status", "settled_status", "reason", "next_check_at"}

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 import anyio
 import mcp_types as types
+import pytest
 from invariants import check
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -24,6 +25,8 @@ from support import ROOT, popen_cli, run_cli, write_config
 
 from settled import Ledger
 from settled.providers.sim_server import SimServer
+
+pytestmark = [pytest.mark.ledger_incidental, pytest.mark.slow]
 
 
 def run(fn: Callable[[], Awaitable[Any]], limit: float = 60.0) -> Any:

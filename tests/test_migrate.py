@@ -34,6 +34,8 @@ from settled import Ledger, errors
 from settled.model import Tier
 from settled.storage import postgres_schema, sqlite_schema
 
+pytestmark = pytest.mark.slow
+
 READ_ONLY = [
     ("show", "old"),
     ("show", "old", "--json"),

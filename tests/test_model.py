@@ -20,6 +20,8 @@ from settled.model import (
 )
 from settled.storage import Ledger
 
+pytestmark = pytest.mark.ledger_free
+
 ALL_PAIRS = list(itertools.product(Status, Status))
 
 

@@ -10,6 +10,8 @@ from support import popen_cli, run_cli
 
 from settled.providers.sim_server import SimServer
 
+pytestmark = pytest.mark.slow
+
 PROCS = 8
 
 

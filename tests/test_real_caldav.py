@@ -24,6 +24,8 @@ from settled.model import ActionRecord, Status
 from settled.providers import Registry
 from settled.reconcile import Reconciler
 
+pytestmark = [pytest.mark.ledger_incidental, pytest.mark.slow]
+
 USER, PASSWORD = "bob", "cal-pw-123"
 BOOKING = {"summary": "Review", "start": "2026-05-04T09:00:00Z", "end": "2026-05-04T10:00:00Z"}
 MOVED = {"start": "2026-05-04T14:00:00Z", "end": "2026-05-04T15:00:00Z"}

@@ -20,6 +20,8 @@ from settled.model import ActionRecord, Status
 from settled.providers import Registry
 from settled.reconcile import Reconciler
 
+pytestmark = [pytest.mark.ledger_incidental, pytest.mark.slow]
+
 HOLD = 1.0
 
 

@@ -31,6 +31,8 @@ from support import ROOT, run_cli, write_config
 import settled
 from settled import Ledger
 
+pytestmark = pytest.mark.slow
+
 BUSY = "0.3"  # s: the busy timeout, far below the time the lock is held
 
 

@@ -33,6 +33,8 @@ from settled.providers.base import Observation, QueryTarget, Seen
 from settled.providers.sim_server import SimServer
 from settled.reconcile import Reconciler
 
+pytestmark = pytest.mark.slow
+
 INTERVAL, DEADLINE = 1.0, 5.0
 
 

@@ -26,6 +26,8 @@ from settled.model import Status
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer
 
+pytestmark = pytest.mark.slow
+
 GROUP = 4
 LINES = 10
 LEASE_GRACE = 1.5

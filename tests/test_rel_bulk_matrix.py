@@ -21,6 +21,8 @@ from settled.bulk import read_lines
 from settled.dispatch import Dispatcher, DispatchSettings
 from settled.providers.sim_server import SimServer
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[dict[bool, SimServer]]:

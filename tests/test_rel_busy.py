@@ -22,6 +22,8 @@ from settled.config import load
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def server() -> Iterator[SimServer]:

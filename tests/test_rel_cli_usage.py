@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 from support import run_cli
 
+pytestmark = [pytest.mark.ledger_free, pytest.mark.slow]
+
 
 @pytest.mark.parametrize(
     "argv",

@@ -29,6 +29,8 @@ from settled.config import load
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer
 
+pytestmark = pytest.mark.slow
+
 POOL = 40  # action ids shared by every worker (× the budget)
 OPS = ("book", "send", "deliver", "notify", "set")
 QUICK_FAULTS = (

@@ -33,6 +33,8 @@ from settled.model import Status
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer
 
+pytestmark = pytest.mark.slow
+
 C, F, U, A = (
     Status.CONFIRMED,
     Status.FAILED,

@@ -36,6 +36,8 @@ from settled.reconcile import Reconciler
 from settled.resolve import resolve
 from settled.storage import Ledger, Move
 
+pytestmark = pytest.mark.slow
+
 FAKETIME = shutil.which("faketime")
 
 

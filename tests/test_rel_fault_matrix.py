@@ -21,6 +21,8 @@ from settled.model import Status
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer
 
+pytestmark = [pytest.mark.ledger_incidental, pytest.mark.slow]
+
 C, F, U = Status.CONFIRMED, Status.FAILED, Status.DENIED_UNRESOLVED
 
 # book = full, send = reconcilable, deliver = partial, notify = blind,

@@ -29,6 +29,8 @@ from settled.model import Status
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer
 
+pytestmark = [pytest.mark.ledger_incidental, pytest.mark.slow]
+
 C, F, U = Status.CONFIRMED, Status.FAILED, Status.DENIED_UNRESOLVED
 
 VERIFY_DEADLINE = 0.4  # s of verification budget

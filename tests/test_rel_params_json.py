@@ -18,6 +18,8 @@ from settled.errors import InvalidInput
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer
 
+pytestmark = pytest.mark.slow
+
 NOT_JSON = [
     '{"a": NaN}',
     '{"a": Infinity}',

@@ -20,6 +20,8 @@ from support import ROOT, command
 from settled import Ledger
 from settled.providers.sim_server import SimServer
 
+pytestmark = pytest.mark.slow
+
 EXIT = {
     "CONFIRMED": 0,
     "AWAITING_VERIFICATION": 3,

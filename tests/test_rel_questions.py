@@ -31,6 +31,8 @@ from settled import Ledger
 from settled.agents.core import HIDDEN_NOTE
 from settled.providers.sim_server import SimServer
 
+pytestmark = pytest.mark.slow
+
 # Each is a recipient that a screen would show as something else: a right-to-left
 # override, isolates, a C1 CSI, marks, zero-width and separator characters.
 SPOOFS = {

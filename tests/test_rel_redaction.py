@@ -12,11 +12,14 @@ import json
 from collections.abc import Callable
 from urllib.parse import quote, quote_plus
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from invariants import budget, scaled
 
 from settled.providers._wire import Redactor, excerpt
+
+pytestmark = [pytest.mark.ledger_free, pytest.mark.slow]
 
 # What a token in an env var looks like: visible characters, no control characters
 # (those are refused at load), long enough to be a secret.

@@ -35,6 +35,8 @@ from settled.cli import main
 from settled.errors import ConfigError
 from settled.providers import Registry
 
+pytestmark = pytest.mark.slow
+
 # -- how a server spells what it received ------------------------------------------------------
 
 

@@ -26,6 +26,8 @@ from settled.providers import Registry
 from settled.providers.sim_server import SimServer
 from settled.resolve import resolve
 
+pytestmark = pytest.mark.slow
+
 
 def _mode(path: Path) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)

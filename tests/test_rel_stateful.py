@@ -55,6 +55,8 @@ from settled.providers.sim_server import SimServer
 from settled.reconcile import Reconciler
 from settled.resolve import resolve
 
+pytestmark = pytest.mark.slow
+
 OPS = ("book", "send", "deliver", "notify", "set")
 FAULTS = (
     "ok",

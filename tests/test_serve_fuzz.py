@@ -26,6 +26,8 @@ from serving import auth, token_env, write_serve_config
 from settled import Ledger
 from settled.providers.sim_server import SimServer
 
+pytestmark = pytest.mark.slow
+
 FUZZ_EXAMPLES = 20
 CHECKS = [
     not_a_server_error,

@@ -33,6 +33,8 @@ from settled import Ledger
 from settled.model import Status
 from settled.providers.sim_server import SimServer
 
+pytestmark = pytest.mark.slow
+
 IN_FLIGHT = 200
 MAX_DISPATCHES = 20_000
 MIN_ROUNDS = 2  # per worker, whatever the time: 400 requests, 250 of them dispatches

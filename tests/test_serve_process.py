@@ -26,6 +26,8 @@ from support import ROOT, run_cli
 from settled import Ledger
 from settled.providers.sim_server import SimServer
 
+pytestmark = pytest.mark.slow
+
 
 def until(predicate: Any, what: str, timeout: float = 60.0) -> Any:
     """Wait for an event (a bounded poll of real state, never a fixed sleep)."""

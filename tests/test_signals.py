@@ -22,6 +22,8 @@ from support import popen_cli, run_cli, sim_conf, write_config
 from settled import Ledger
 from settled.providers.sim_server import SimServer
 
+pytestmark = pytest.mark.slow
+
 BOUND = 60.0  # s: the longest any awaited event may take on a loaded machine
 
 

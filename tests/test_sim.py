@@ -27,6 +27,8 @@ from settled.providers import sim
 from settled.providers.base import Observation, QueryTarget, Request, Seen, Wire, WireResult
 from settled.providers.sim_server import SimServer
 
+pytestmark = pytest.mark.ledger_free
+
 REPO = Path(__file__).resolve().parents[1]
 
 

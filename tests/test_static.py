@@ -9,7 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from support import ROOT
+
+pytestmark = pytest.mark.ledger_free
 
 
 def test_ruff_is_clean() -> None:

@@ -27,11 +27,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from invariants import check_events
 from support import run_cli, sim_conf, write_config
 
 from settled import Ledger
 from settled.providers.sim_server import SimServer
+
+pytestmark = pytest.mark.slow
 
 PLAN = {  # (provider, fault): how many, in the order they are dispatched
     ("mail", "ok"): 60,

@@ -19,6 +19,8 @@ from settled.providers.base import Request, Wire
 from settled.providers.sim import create as create_sim
 from settled.providers.sim_server import SimServer
 
+pytestmark = pytest.mark.ledger_free
+
 
 class RawServer:
     """A loopback server that reads one request per connection, records its bytes,
