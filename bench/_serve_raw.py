@@ -89,13 +89,6 @@ def main() -> None:
                     ("sim", object_id),
                 ).fetchall()
                 aid, frm, attempt = row[0]
-                conn.execute(
-                    "UPDATE actions SET acceptance = ?, delivery = ?, confirmed_at = ?,"
-                    " confirmed_by = ?, next_check_at = NULL, lease_owner = NULL, reason = NULL,"
-                    " check_error = NULL, status = ?, updated_at = ? WHERE action_id = ?"
-                    " AND status = ?",
-                    ("ACCEPTED", "DELIVERED", at, "callback:sim", "CONFIRMED", at, aid, frm),
-                )
                 detail = {"scheme": "standard-webhooks", "event_id": event_id,
                           "names": "provider_object_id", "key": object_id, "status": status,
                           "reported": "applied", "body_sha256": digest, "item": 0}  # fmt: skip
@@ -105,6 +98,13 @@ def main() -> None:
                     (aid, at, "callback:sim", "callback", frm, "CONFIRMED", attempt,
                      json.dumps(detail)),
                 )  # fmt: skip
+                conn.execute(
+                    "UPDATE actions SET acceptance = ?, delivery = ?, confirmed_at = ?,"
+                    " confirmed_by = ?, next_check_at = NULL, lease_owner = NULL, reason = NULL,"
+                    " check_error = NULL, status = ?, updated_at = ? WHERE action_id = ?"
+                    " AND status = ?",
+                    ("ACCEPTED", "DELIVERED", at, "callback:sim", "CONFIRMED", at, aid, frm),
+                )
                 conn.execute(
                     "UPDATE callbacks SET state = 'matched', action_id = ?, attempt = ?,"
                     " matched_at = ?, next_check_at = NULL WHERE provider = ? AND event_id = ?",

@@ -61,6 +61,8 @@ def _registry(url: str) -> Any:
 def _raw_outcome_many(conn: sqlite3.Connection, ids: list[str]) -> None:
     conn.execute("BEGIN IMMEDIATE")
     for aid in ids:
+        conn.execute(INSERT_EVENT, (aid, PAST, "bench", "outcome", "IN_FLIGHT", "CONFIRMED", 1,
+                                    '{"verdict": "proven"}'))  # fmt: skip
         conn.execute(
             "UPDATE actions SET provider_object_id = ?, delivery = ?, acceptance = ?,"
             " confirmed_at = ?, confirmed_by = ?, next_check_at = ?, reason = ?,"
@@ -69,8 +71,6 @@ def _raw_outcome_many(conn: sqlite3.Connection, ids: list[str]) -> None:
             ("obj-1", "DELIVERED", "ACCEPTED", PAST, "provider", None, None, None, None,
              "CONFIRMED", PAST, aid, "IN_FLIGHT", "d-" + aid),
         )  # fmt: skip
-        conn.execute(INSERT_EVENT, (aid, PAST, "bench", "outcome", "IN_FLIGHT", "CONFIRMED", 1,
-                                    '{"verdict": "proven"}'))  # fmt: skip
     conn.execute("COMMIT")
 
 
