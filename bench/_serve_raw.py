@@ -105,13 +105,6 @@ def main() -> None:
                     ("sim", object_id),
                 ).fetchall()
                 aid, frm, attempt = row[0]
-                conn.execute(
-                    "UPDATE actions SET acceptance = ?, delivery = ?, confirmed_at = ?,"
-                    " confirmed_by = ?, next_check_at = NULL, lease_owner = NULL, reason = NULL,"
-                    " check_error = NULL, status = ?, updated_at = ? WHERE action_id = ?"
-                    " AND status = ?",
-                    ("ACCEPTED", "DELIVERED", at, "callback:sim", "CONFIRMED", at, aid, frm),
-                )
                 detail = {
                     "scheme": "standard-webhooks",
                     "event_id": event_id,
@@ -135,6 +128,13 @@ def main() -> None:
                         attempt,
                         json.dumps(detail),
                     ),
+                )
+                conn.execute(
+                    "UPDATE actions SET acceptance = ?, delivery = ?, confirmed_at = ?,"
+                    " confirmed_by = ?, next_check_at = NULL, lease_owner = NULL, reason = NULL,"
+                    " check_error = NULL, status = ?, updated_at = ? WHERE action_id = ?"
+                    " AND status = ?",
+                    ("ACCEPTED", "DELIVERED", at, "callback:sim", "CONFIRMED", at, aid, frm),
                 )
                 conn.execute(
                     "UPDATE callbacks SET state = 'matched', action_id = ?, attempt = ?,"

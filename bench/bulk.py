@@ -62,6 +62,10 @@ def _raw_outcome_many(conn: sqlite3.Connection, ids: list[str]) -> None:
     conn.execute("BEGIN IMMEDIATE")
     for aid in ids:
         conn.execute(
+            INSERT_EVENT,
+            (aid, PAST, "bench", "outcome", "IN_FLIGHT", "CONFIRMED", 1, '{"verdict": "proven"}'),
+        )
+        conn.execute(
             "UPDATE actions SET provider_object_id = ?, delivery = ?, acceptance = ?,"
             " confirmed_at = ?, confirmed_by = ?, next_check_at = ?, reason = ?,"
             " lease_owner = ?, lease_expires_at = ?, status = ?, updated_at = ?"
@@ -82,10 +86,6 @@ def _raw_outcome_many(conn: sqlite3.Connection, ids: list[str]) -> None:
                 "IN_FLIGHT",
                 "d-" + aid,
             ),
-        )
-        conn.execute(
-            INSERT_EVENT,
-            (aid, PAST, "bench", "outcome", "IN_FLIGHT", "CONFIRMED", 1, '{"verdict": "proven"}'),
         )
     conn.execute("COMMIT")
 

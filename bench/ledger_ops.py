@@ -46,6 +46,21 @@ def _fresh(path: str, n: int, prefix: str, op: str = "do") -> list[str]:
 def raw_claim(conn: sqlite3.Connection, aid: str, begin: bool = True) -> None:
     if begin:
         conn.execute("BEGIN IMMEDIATE")
+    # the event first, as the ledger writes it: the schema refuses a status change
+    # whose newest event does not record it
+    conn.execute(
+        INSERT_EVENT,
+        (
+            aid,
+            T0,
+            "bench",
+            "claimed",
+            "PENDING",
+            "IN_FLIGHT",
+            1,
+            json.dumps({"lease_expires_at": LEASE, "idempotency_key": aid + ":1"}),
+        ),
+    )
     conn.execute(
         "UPDATE actions SET delivery = ?, dispatch_id = ?, lease_owner = ?, lease_expires_at = ?,"
         " next_check_at = ?, dispatched_at = ?, eligible_at = ?, snapshot = ?, status = ?,"
@@ -65,25 +80,28 @@ def raw_claim(conn: sqlite3.Connection, aid: str, begin: bool = True) -> None:
             "PENDING",
         ),
     )
-    conn.execute(
-        INSERT_EVENT,
-        (
-            aid,
-            T0,
-            "bench",
-            "claimed",
-            "PENDING",
-            "IN_FLIGHT",
-            1,
-            json.dumps({"lease_expires_at": LEASE, "idempotency_key": aid + ":1"}),
-        ),
-    )
     if begin:
         conn.execute("COMMIT")
 
 
 def raw_outcome(conn: sqlite3.Connection, aid: str) -> None:
     conn.execute("BEGIN IMMEDIATE")
+    detail = {
+        "verdict": "proven",
+        "tries": [
+            {
+                "try": 1,
+                "wire": "answered",
+                "status_code": 201,
+                "verdict": "proven",
+                "detail": "HTTP 201",
+            }
+        ],
+        "reason": "proves the effect",
+    }
+    conn.execute(
+        INSERT_EVENT, (aid, T0, "bench", "outcome", "IN_FLIGHT", "CONFIRMED", 1, json.dumps(detail))
+    )
     conn.execute(
         "UPDATE actions SET provider_object_id = ?, delivery = ?, acceptance = ?,"
         " confirmed_at = ?, confirmed_by = ?, next_check_at = ?, reason = ?, lease_owner = ?,"
@@ -105,22 +123,6 @@ def raw_outcome(conn: sqlite3.Connection, aid: str) -> None:
             "IN_FLIGHT",
             "d-" + aid,
         ),
-    )
-    detail = {
-        "verdict": "proven",
-        "tries": [
-            {
-                "try": 1,
-                "wire": "answered",
-                "status_code": 201,
-                "verdict": "proven",
-                "detail": "HTTP 201",
-            }
-        ],
-        "reason": "proves the effect",
-    }
-    conn.execute(
-        INSERT_EVENT, (aid, T0, "bench", "outcome", "IN_FLIGHT", "CONFIRMED", 1, json.dumps(detail))
     )
     conn.execute("COMMIT")
 

@@ -456,13 +456,21 @@ def _due_ledger(url: str, due: int) -> None:
 def _reset_due(url: str) -> None:
     with raw_conn(url) as conn:
         conn.execute("SET synchronous_commit = off")
-        conn.execute(
-            "UPDATE actions SET status = 'AWAITING_VERIFICATION', acceptance = 'UNKNOWN',"
-            " confirmed_at = NULL, confirmed_by = NULL, lease_owner = NULL, checks = 0,"
-            " reason = 'accepted', next_check_at = %s WHERE action_id >= 'due-' AND"
-            " action_id < 'due.'",
-            (PAST,),
-        )
+        with conn.transaction():  # each status change with the event that records it
+            conn.execute(
+                "INSERT INTO events (action_id, at, actor, kind, from_status, to_status,"
+                " attempt, detail) SELECT action_id, %s, 'bench', 'reset', status,"
+                " 'AWAITING_VERIFICATION', attempt, '{}' FROM actions WHERE action_id >= 'due-'"
+                " AND action_id < 'due.' AND status <> 'AWAITING_VERIFICATION'",
+                (PAST,),
+            )
+            conn.execute(
+                "UPDATE actions SET status = 'AWAITING_VERIFICATION', acceptance = 'UNKNOWN',"
+                " confirmed_at = NULL, confirmed_by = NULL, lease_owner = NULL, checks = 0,"
+                " reason = 'accepted', next_check_at = %s WHERE action_id >= 'due-' AND"
+                " action_id < 'due.'",
+                (PAST,),
+            )
         conn.execute("VACUUM ANALYZE actions")
 
 

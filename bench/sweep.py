@@ -64,6 +64,15 @@ def reset(path: str) -> None:
     """Make the same rows due again (not timed)."""
     conn = sqlite3.connect(path, isolation_level=None)
     try:
+        conn.execute("BEGIN")
+        # each status change with the event that records it, as the schema requires
+        conn.execute(
+            "INSERT INTO events (action_id, at, actor, kind, from_status, to_status, attempt,"
+            " detail) SELECT action_id, ?, 'bench', 'reset', status, 'AWAITING_VERIFICATION',"
+            " attempt, '{}' FROM actions WHERE action_id >= 'due-' AND action_id < 'due.'"
+            " AND status IS NOT 'AWAITING_VERIFICATION'",
+            (PAST,),
+        )
         conn.execute(
             "UPDATE actions SET status = 'AWAITING_VERIFICATION', acceptance = 'UNKNOWN',"
             " confirmed_at = NULL, confirmed_by = NULL, lease_owner = NULL, checks = 0,"
@@ -71,6 +80,7 @@ def reset(path: str) -> None:
             " action_id < 'due.'",
             (PAST,),
         )
+        conn.execute("COMMIT")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         conn.close()
@@ -100,13 +110,6 @@ def raw_batch(conn: sqlite3.Connection, batch: int, lease: bool = False) -> int:
         guard = " AND lease_owner = 'raw'"
     for aid, status, checks in rows:
         conn.execute(
-            "UPDATE actions SET lease_owner = NULL, next_check_at = NULL, checks = ?,"
-            " acceptance = 'ACCEPTED', delivery = 'DELIVERED', confirmed_at = ?,"
-            " confirmed_by = 'reconciliation', reason = NULL, status = 'CONFIRMED',"
-            " updated_at = ? WHERE action_id = ? AND status = ?" + guard,
-            (checks + 1, T0, T0, aid, status),
-        )
-        conn.execute(
             INSERT_EVENT,
             (
                 aid,
@@ -118,6 +121,13 @@ def raw_batch(conn: sqlite3.Connection, batch: int, lease: bool = False) -> int:
                 1,
                 json.dumps({"seen": "applied", "check": 1}),
             ),
+        )
+        conn.execute(
+            "UPDATE actions SET lease_owner = NULL, next_check_at = NULL, checks = ?,"
+            " acceptance = 'ACCEPTED', delivery = 'DELIVERED', confirmed_at = ?,"
+            " confirmed_by = 'reconciliation', reason = NULL, status = 'CONFIRMED',"
+            " updated_at = ? WHERE action_id = ? AND status = ?" + guard,
+            (checks + 1, T0, T0, aid, status),
         )
     conn.execute("COMMIT")
     return len(rows)
