@@ -212,17 +212,7 @@ def claim_event(tmp: str, n: int, repeats: int) -> list[Row]:
         def settled_op(i: int) -> None:
             aid = sids[i]
             if utils:
-                with db.atomic():
-                    db["actions"].update(
-                        aid,
-                        {
-                            "status": "IN_FLIGHT",
-                            "delivery": "IN_FLIGHT",
-                            "lease_owner": "d-" + aid,
-                            "lease_expires_at": LEASE,
-                            "updated_at": T0,
-                        },
-                    )
+                with db.atomic():  # the event first, as the ledger writes it
                     db["events"].insert(
                         {
                             "action_id": aid,
@@ -234,6 +224,16 @@ def claim_event(tmp: str, n: int, repeats: int) -> list[Row]:
                             "attempt": 1,
                             "detail": "{}",
                         }
+                    )
+                    db["actions"].update(
+                        aid,
+                        {
+                            "status": "IN_FLIGHT",
+                            "delivery": "IN_FLIGHT",
+                            "lease_owner": "d-" + aid,
+                            "lease_expires_at": LEASE,
+                            "updated_at": T0,
+                        },
                     )
                 return
             at = to_text(utcnow())
