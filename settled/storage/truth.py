@@ -36,18 +36,8 @@ from ..model import (
     Status,
 )
 from .base import CALLBACK_COLUMNS, COLUMNS, History, from_row
+from .statements import EVENT_COLUMNS
 
-EVENT_COLUMNS = (
-    "id",
-    "action_id",
-    "at",
-    "actor",
-    "kind",
-    "from_status",
-    "to_status",
-    "attempt",
-    "detail",
-)
 CALLBACK_TABLE_COLUMNS = (*CALLBACK_COLUMNS, "state", "matched_at", "next_check_at")
 # Every table that holds history, its columns and its key (the order rows are read in).
 TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
