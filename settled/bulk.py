@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import queue
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -249,12 +250,10 @@ class _Done:
     at: float = field(default_factory=time.monotonic)
 
 
-class _BulkSend:
+class _BulkSend(ABC):
     """The engine of a bulk run to one provider: groups of claims committed before
     their requests leave (``_claim``, each kind of run its own), sends from a pool,
     outcomes committed in groups, each line reported after its commit."""
-
-    needs_confirmation = False
 
     def __init__(
         self,
@@ -288,9 +287,6 @@ class _BulkSend:
     # ------------------------------------------------------------------ the loop
     def run(self, lines: Iterable[Line]) -> Iterator[Settled]:
         """Dispatch every line; yield each line's result once it is durable."""
-        if self.needs_confirmation:
-            yield from self._record_only(lines)
-            return
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="settled-send")
         source = iter(lines)
         finished: list[_Done] = []
@@ -380,13 +376,10 @@ class _BulkSend:
             got.append(one)
         return got
 
-    def _record_only(self, lines: Iterable[Line]) -> Iterator[Settled]:
-        raise NotImplementedError
-
+    @abstractmethod
     def _claim(self, batch: list[Line], pool: ThreadPoolExecutor) -> Iterator[Settled]:
         """Claim a group (one durable transaction) and hand what it claimed to ``_send``;
         yield what could not be claimed."""
-        raise NotImplementedError
 
     def _lease_grace(self, declared: Declared, ahead: int) -> float:
         """A claimed request may wait in the pool's queue behind ``ahead`` others: its
@@ -491,6 +484,12 @@ class BulkDispatch(_BulkSend):
         self.operation = operation
         self.declared = Declared.of(spec)
         self.needs_confirmation = bool(getattr(spec, "needs_confirmation", False))
+
+    def run(self, lines: Iterable[Line]) -> Iterator[Settled]:
+        if self.needs_confirmation:
+            yield from self._record_only(lines)
+        else:
+            yield from super().run(lines)
 
     def _record_only(self, lines: Iterable[Line]) -> Iterator[Settled]:
         """An operation that declares it needs confirmation: each line is recorded
