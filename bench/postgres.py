@@ -140,34 +140,9 @@ RAW_OUTCOME = (
 )
 
 
-def raw_claim_outcome(conn: Any, aid: str) -> None:
-    """Claim, then outcome: two durable transactions, the same statements as settled's
-    (each one statement in autocommit: its own transaction, one round trip)."""
-    owner = "d-" + aid
-    conn.execute(
-        RAW_CLAIM,
-        (
-            "IN_FLIGHT",
-            owner,
-            owner,
-            LEASE,
-            LEASE,
-            T0,
-            T0,
-            LEASE,
-            None,
-            "IN_FLIGHT",
-            T0,
-            aid,
-            "PENDING",
-            T0,
-            "bench",
-            "claimed",
-            "PENDING",
-            "IN_FLIGHT",
-            json.dumps({"lease_expires_at": LEASE, "idempotency_key": aid + ":1"}),
-        ),
-    ).fetchall()
+def _raw_outcome(conn: Any, aid: str, owner: str) -> None:
+    """The outcome of a claimed action, as settled writes it: one statement, its event
+    with it."""
     detail = {
         "verdict": "proven",
         "tries": [
@@ -206,6 +181,37 @@ def raw_claim_outcome(conn: Any, aid: str) -> None:
             json.dumps(detail),
         ),
     ).fetchall()
+
+
+def raw_claim_outcome(conn: Any, aid: str) -> None:
+    """Claim, then outcome: two durable transactions, the same statements as settled's
+    (each one statement in autocommit: its own transaction, one round trip)."""
+    owner = "d-" + aid
+    conn.execute(
+        RAW_CLAIM,
+        (
+            "IN_FLIGHT",
+            owner,
+            owner,
+            LEASE,
+            LEASE,
+            T0,
+            T0,
+            LEASE,
+            None,
+            "IN_FLIGHT",
+            T0,
+            aid,
+            "PENDING",
+            T0,
+            "bench",
+            "claimed",
+            "PENDING",
+            "IN_FLIGHT",
+            json.dumps({"lease_expires_at": LEASE, "idempotency_key": aid + ":1"}),
+        ),
+    ).fetchall()
+    _raw_outcome(conn, aid, owner)
 
 
 _INSERT_COLS = _RET.replace(", snapshot, lands_by, contradiction, declared", "")
@@ -249,44 +255,7 @@ def raw_dispatch(conn: Any, aid: str) -> None:
             json.dumps({"lease_expires_at": LEASE, "idempotency_key": aid + ":1"}),
         ),
     ).fetchall()
-    detail = {
-        "verdict": "proven",
-        "tries": [
-            {
-                "try": 1,
-                "wire": "answered",
-                "status_code": 201,
-                "verdict": "proven",
-                "detail": "HTTP 201",
-            }
-        ],
-        "reason": "proves the effect",
-    }
-    conn.execute(
-        RAW_OUTCOME,
-        (
-            "obj-1",
-            "DELIVERED",
-            "ACCEPTED",
-            T0,
-            "provider",
-            None,
-            None,
-            None,
-            None,
-            "CONFIRMED",
-            T0,
-            aid,
-            "IN_FLIGHT",
-            owner,
-            T0,
-            "bench",
-            "outcome",
-            "IN_FLIGHT",
-            "CONFIRMED",
-            json.dumps(detail),
-        ),
-    ).fetchall()
+    _raw_outcome(conn, aid, owner)
 
 
 RAW_DUE = (
