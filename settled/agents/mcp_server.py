@@ -410,6 +410,9 @@ def serve_http(server: Server[Any], host: str, port: int) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        # listening before the address is printed: a client that reads it connects at
+        # once, and a socket only bound refuses it (uvicorn listens later, in start-up)
+        sock.listen(2048)
     except OSError as exc:
         sock.close()
         from ..errors import InvalidInput
