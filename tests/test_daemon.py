@@ -312,3 +312,53 @@ def test_a_stop_signal_during_a_log_line_never_deadlocks(ledger: Ledger) -> None
     assert not done.is_alive(), "the daemon deadlocked on its own log"
     events = [json.loads(line)["event"] for line in out.getvalue().splitlines()]
     assert events == ["started", "stopping", "stopped"]
+
+
+def _locks_of(obj: object) -> list[Any]:
+    """Every lock an object holds in its attributes, an Event's and a Condition's own
+    included (they are what ``wait`` holds for a moment, each time round)."""
+    lock_types = (type(threading.Lock()), type(threading.RLock()))
+    found: list[Any] = []
+    for value in vars(obj).values():
+        thing = value._cond if isinstance(value, threading.Event) else value  # Event.wait's lock
+        thing = thing._lock if isinstance(thing, threading.Condition) else thing
+        if isinstance(thing, lock_types):
+            found.append(thing)
+    return found
+
+
+def test_a_stop_asked_in_a_signal_handler_never_waits_on_a_lock(ledger: Ledger) -> None:
+    """SIGTERM's handler runs on the serving thread, between any two of its steps: if
+    ``request_stop`` took a lock that thread can hold (it set a threading.Event, whose
+    lock every Event.wait holds for a moment), a signal landing in that moment waited
+    forever and the daemon never stopped. Here the signal lands while this thread holds
+    every lock the sweeper owns; a watchdog frees them if the handler hangs."""
+    from settled.daemon import Sweeper, json_lines
+
+    sweeper = Sweeper(ledger, Registry({}, source="test"), log=json_lines(io.StringIO()))
+    held = _locks_of(sweeper)
+    for lock in held:
+        lock.acquire()
+    hung: list[bool] = []
+
+    def watchdog() -> None:
+        time.sleep(5)  # only reached if the handler is stuck: it is the test's failure
+        if not stopped.is_set():
+            hung.append(True)
+            for lock in held:
+                lock.release()
+
+    stopped = threading.Event()
+    previous = signal.signal(signal.SIGUSR1, lambda *_: sweeper.request_stop("SIGTERM"))
+    guard = threading.Thread(target=watchdog, daemon=True)
+    try:
+        guard.start()
+        os.kill(os.getpid(), signal.SIGUSR1)  # the handler runs before kill returns
+        stopped.set()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        if not hung:
+            for lock in held:
+                lock.release()
+    assert not hung, "request_stop waited on a lock the interrupted thread held"
+    assert sweeper.stopping

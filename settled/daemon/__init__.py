@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,7 +79,10 @@ class Sweeper:
     metrics: Any = None  # settled.daemon.metrics.Metrics
     metrics_address: str | None = None  # where it serves, for the started line
     notifier: Notifier = field(default_factory=lambda: Notifier({}))
-    _stop: threading.Event = field(default_factory=threading.Event)
+    # A plain flag, not a threading.Event: request_stop runs in signal handlers, and
+    # Event.set takes the event's lock, which the serving thread holds for a moment in
+    # every Event.wait: a signal landing in that moment waited on it forever.
+    _stop: bool = False
     _stop_reason: str = "stop requested"
     _said_stopping: bool = False
     passes: int = 0
@@ -111,11 +113,13 @@ class Sweeper:
 
     def request_stop(self, why: str = "stop requested") -> None:
         """Ask the daemon to stop after the check in hand. Safe in a signal handler:
-        it only records the request (logging from a handler could wait forever on the
-        log's lock, held by the very line the signal interrupted); ``serve`` says so."""
-        if not self._stop.is_set():
+        it takes no lock and only records the request (logging from a handler could
+        wait forever on the log's lock, held by the very line the signal interrupted;
+        setting an Event, on the lock of the Event the serving thread is waiting on);
+        ``serve``, which looks every 0.2 s at most, says so and stops."""
+        if not self._stop:
             self._stop_reason = why
-        self._stop.set()
+        self._stop = True
 
     def _stopping(self) -> None:
         """Say that a stop was asked for, once, from the serving thread."""
@@ -126,7 +130,7 @@ class Sweeper:
 
     @property
     def stopping(self) -> bool:
-        return self._stop.is_set()
+        return self._stop
 
     # -- hooks of the reconciler (called after each commit)
     def _transition(self, ch: Change) -> None:
@@ -160,7 +164,7 @@ class Sweeper:
     def run_pass(self) -> None:
         """One pass (the job). Never raises: a failed pass is logged and retried at
         the next interval."""
-        if self._stop.is_set():
+        if self._stop:
             return
         started = time.monotonic()
         try:
@@ -191,7 +195,7 @@ class Sweeper:
             lease=self.lease,
             on_change=self._transition,
             on_check=self._checked,
-            stop_requested=self._stop.is_set,
+            stop_requested=lambda: self._stop,
             probe=self.probe,
             concurrency=self.concurrency[0],
             limits=self.concurrency[1],
@@ -301,9 +305,9 @@ class Sweeper:
             notify=self.notifier.enabled,
             metrics=self.metrics_address,
         )
-        if once or self._stop.is_set():  # one pass; or none: stopped during start-up
+        if once or self._stop:  # one pass; or none: stopped during start-up
             self.run_pass()
-            if self._stop.is_set():
+            if self._stop:
                 self._stopping()
             self.emit("stopped", passes=self.passes, failed_passes=self.failed_passes)
             return 1 if self.last_pass_ok is False or self.exit_code else 0
@@ -335,9 +339,11 @@ class Sweeper:
         next_ping = now
         watch = _StepWatch()
         try:
-            while not self._stop.wait(
-                0.2 if self.notifier.watchdog is None else min(0.2, self.notifier.watchdog / 2)
-            ):
+            step = 0.2 if self.notifier.watchdog is None else min(0.2, self.notifier.watchdog / 2)
+            while not self._stop:
+                time.sleep(step)
+                if self._stop:
+                    break
                 jump = watch.jumped()
                 if jump:
                     # APScheduler 3 schedules by the wall clock: after a step back it

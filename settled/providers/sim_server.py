@@ -795,9 +795,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--callback-when", default="after", choices=CALLBACK_WHEN)
     args = parser.parse_args(argv)
 
-    stop = threading.Event()
+    # A list, not a threading.Event: Event.set in a handler can wait forever on the
+    # lock of the very Event.wait the signal interrupted.
+    stop: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, lambda signum, _frame: stop.append(signum))
     server = SimServer(
         port=args.port,
         honour_keys=not args.no_honour_keys,
@@ -813,8 +815,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     with server:
         print(server.url, flush=True)
-        while not stop.wait(0.2):
-            pass
+        while not stop:
+            time.sleep(0.2)
     return 0
 
 
