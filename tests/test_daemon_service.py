@@ -75,8 +75,10 @@ def read_until(
     raise AssertionError(f"no {event} line in {seen}")
 
 
-def stop(proc: subprocess.Popen[str]) -> str:
-    if proc.poll() is None:
+def stop(proc: subprocess.Popen[str], *, signalled: bool = False) -> str:
+    """Stop it with SIGTERM (once: a second SIGTERM that lands while it is already
+    stopping is a second request, which may end it by the signal) and read stderr."""
+    if not signalled and proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
     try:
         _, err = proc.communicate(timeout=60)
@@ -422,16 +424,18 @@ def test_ready_watchdog_and_stopping_reach_the_notify_socket(
     proc = popen_cli(
         "daemon", "--interval", "1", env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "400000"}
     )
+    signalled = False
     try:
         got = [sock.recv(4096).decode() for _ in range(3)]
         assert got[0].startswith("READY=1\n") and f"MAINPID={proc.pid}" in got[0]
         assert got[1:] == ["WATCHDOG=1", "WATCHDOG=1"]
         proc.send_signal(signal.SIGTERM)
+        signalled = True
         rest = []
         while "STOPPING=1" not in rest:
             rest.append(sock.recv(4096).decode())
     finally:
-        err = stop(proc)
+        err = stop(proc, signalled=signalled)
     assert proc.returncode == 0, err
     started = lines(err)[0]
     assert started["notify"] is True and started["watchdog"] == 0.2
