@@ -41,6 +41,7 @@ from itertools import chain, islice
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from . import policy
+from .clock import nap
 from .errors import Conflict, InvalidInput, LedgerError
 from .model import Acceptance, ActionRecord, Declared, Delivery, Move, Status, action_id_problem
 from .sending import (
@@ -324,7 +325,7 @@ class _BulkSend(ABC):
                             exhausted = True
                             continue
                         source = chain([ahead], source)
-                        time.sleep(min(wait, 1.0))  # the provider asked for a pause
+                        nap(min(wait, 1.0))  # the provider asked for a pause
                         continue
                 if self._inflight == 0:
                     break

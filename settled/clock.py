@@ -15,6 +15,7 @@ agree; a reboot takes a new anchor from the wall clock.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -84,6 +85,19 @@ def plus(dt: datetime, seconds: float) -> datetime:
     return dt + timedelta(seconds=seconds)
 
 
+def nap(seconds: float) -> None:
+    """Sleep on the steady clock, as ``time.sleep`` does, for every wait settled makes.
+
+    ``time.sleep`` sleeps until a deadline (``clock_nanosleep`` with an absolute
+    time), and libfaketime, which the suite uses to step a process's wall clock,
+    turns that deadline invalid after a step back: every sleep then fails with
+    EINVAL. A timed wait on a lock that is never released sleeps the same time, is
+    interrupted by signals the same way (Ctrl-C still raises ``KeyboardInterrupt``),
+    and no clock step can break it."""
+    if seconds > 0:
+        threading.Event().wait(seconds)
+
+
 class Clock:
     """The real clock. Tests pass a ``FakeClock`` with the same two methods."""
 
@@ -91,8 +105,7 @@ class Clock:
         return utcnow()
 
     def sleep(self, seconds: float) -> None:
-        if seconds > 0:
-            time.sleep(seconds)
+        nap(seconds)
 
 
 class SteadyClock(Clock):

@@ -11,10 +11,9 @@ says how long a reply asks us to wait.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Mapping
 
-from .clock import steady
+from .clock import nap, steady
 
 
 class Gate:
@@ -57,7 +56,7 @@ class Gate:
             return budget
         if wait >= budget:
             return 0.0
-        time.sleep(wait)
+        nap(wait)
         return budget - wait
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from .clock import from_text
+from .clock import from_text, nap
 from .model import ActionRecord, Status
 from .reconcile import Reconciler
 
@@ -59,10 +59,10 @@ def wait_for(
         due = from_text(rec.next_check_at or rec.lease_expires_at)
         gap = (due - clock.now()).total_seconds() if due else POLL
         if gap > 0:
-            time.sleep(min(gap, left, MAX_SLEEP))
+            nap(min(gap, left, MAX_SLEEP))
             continue
         if rec.status is Status.PENDING:
-            time.sleep(min(POLL, left))  # another caller holds the confirmation; watch it
+            nap(min(POLL, left))  # another caller holds the confirmation; watch it
             continue
         reconciler.run_ids([rec.action_id])
 

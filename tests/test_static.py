@@ -130,6 +130,26 @@ def test_the_pure_policy_imports_the_model_only() -> None:
         assert settled_imports(path) <= may, (module, sorted(settled_imports(path) - may))
 
 
+def test_settled_sleeps_through_clock_nap_never_time_sleep() -> None:
+    """``time.sleep`` sleeps to a deadline that libfaketime's step back (the suite's
+    clock steps, rule 12) turns invalid: every sleep of a stepped process failed with
+    EINVAL, and a daemon's passes with it. ``clock.nap`` sleeps the same time on the
+    steady clock."""
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "settled").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "sleep"
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "time"
+            ):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == []
+
+
 def test_bulk_reaches_the_dispatcher_only_through_its_seam() -> None:
     """Bulk and dispatch are one component without a circle: ``settled.dispatch``
     starts a bulk run, and nothing ``settled.bulk`` imports, even for types or inside

