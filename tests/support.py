@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import zygote
+
 from settled.providers.sim_server import SimServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,9 +101,20 @@ def run_cli(
     timeout: float = 60,
     crash_at: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run `settled` as a real process (python -m settled)."""
+    """Run `settled` as a real OS process (``python -m settled``): forked from a warm
+    interpreter when it can be (``zygote``), a new interpreter when it cannot."""
     full_env = dict(os.environ)
     full_env.update(env or {})
+    if zygote.usable(full_env):
+        armed = ["settled.testing", "--crash-at", crash_at] if crash_at else ["settled"]
+        return zygote.run(
+            command(args, crash_at),
+            [*armed, *args],
+            env=full_env,
+            cwd=str(ROOT),
+            input=input,
+            timeout=timeout,
+        )
     return subprocess.run(
         command(args, crash_at),
         capture_output=True,
@@ -121,6 +134,12 @@ def popen_cli(
 ) -> subprocess.Popen[str]:
     full_env = dict(os.environ)
     full_env.update(env or {})
+    if zygote.usable(full_env):
+        arm = ["--crash-at", crash_at] if crash_at else ["--pause-at", pause_at] if pause_at else []
+        module = ["settled.testing", *arm] if arm else ["settled"]
+        return zygote.popen(
+            command(args, crash_at, pause_at), [*module, *args], env=full_env, cwd=str(ROOT)
+        )
     return subprocess.Popen(
         command(args, crash_at, pause_at),
         stdout=subprocess.PIPE,
