@@ -6,13 +6,21 @@ import json
 from pathlib import Path
 
 import pytest
-from support import popen_cli, run_cli
+from support import popen_cli, run_cli, sim_conf, write_config
 
 from settled.providers.sim_server import SimServer
 
 pytestmark = pytest.mark.slow
 
 PROCS = 8
+
+
+@pytest.fixture
+def sim_config(tmp_path: Path, sim: SimServer) -> Path:
+    """The shared sim config, with a timeout no loaded machine outruns: the races
+    here are about the claim, and a send that timed out while eight processes and
+    the sim server shared two busy cores would end unresolved, not sent twice."""
+    return write_config(tmp_path / "settled.toml", {"sim": sim_conf(sim, timeout=10.0)})
 
 
 @pytest.mark.parametrize("op", ["book", "send"])

@@ -510,7 +510,7 @@ def test_a_backward_step_does_not_stall_the_daemon(tmp_path: Path, server: SimSe
             ).returncode
             == 3
         )
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # bound only: it settles in about a second
         while status_of("b1") != "CONFIRMED" and time.monotonic() < deadline:
             time.sleep(0.2)
         assert status_of("b1") == "CONFIRMED"
