@@ -67,7 +67,6 @@ from .base import (
     History,
     Move,
     SchemaMode,
-    Still,
     Sweep,
     event_detail_text,
     from_row,
@@ -79,6 +78,7 @@ from .base import (
 )
 from .columns import BOOLS
 from .sql import (
+    Hold,
     Row,
     Run,
     SqlLedger,
@@ -589,39 +589,17 @@ class PostgresLedger(SqlLedger["Cursor"]):
                     cur.close()
 
     @contextmanager
-    def _holding(self, doing: str, first: Sequence[str]) -> Iterator[Cursor]:
+    def _holding(self, doing: str, how: Hold) -> Iterator[Cursor]:
         """One transaction whose connection ``rows`` reads through, opened by the
-        statements ``first`` (an isolation level, a lock)."""
+        statements of ``how`` (an isolation level, a lock)."""
         with self._tx(doing) as cur:
-            for statement in first:
+            for statement in _HOLDING[how]:
                 cur.execute(statement)
             self._held = cur.connection
             try:
                 yield cur
             finally:
                 self._held = None
-
-    @contextmanager
-    def still(self) -> Iterator[Still]:
-        # EXCLUSIVE: readers go on (ACCESS SHARE), every writer waits for the commit;
-        # a writer that holds a lock longer than lock_timeout makes this LedgerBusy.
-        with self._holding(
-            "hold the ledger still",
-            [
-                "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
-                "LOCK TABLE actions, events, callbacks IN EXCLUSIVE MODE",
-            ],
-        ) as cur:
-            yield self._still_in(cur)
-
-    def verify(self, on_record: Callable[[int], None] | None = None) -> Any:
-        """``Ledger.verify`` from one snapshot (a repeatable-read, read-only transaction)."""
-        from . import truth
-
-        with self._holding(
-            "verify the ledger", ["SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"]
-        ):
-            return truth.verify(self, on_record)
 
     def _mark_moved(self, h: Cursor, to: str, at: str) -> None:
         h.execute(
@@ -753,35 +731,28 @@ class PostgresLedger(SqlLedger["Cursor"]):
         return sweep
 
     # ------------------------------------------------------------ copying
-    def restore(
-        self,
-        history: Iterable[History],
-        *,
-        callbacks: Iterable[Sequence[Any]] = (),
-        check: Callable[[Any], None] | None = None,
-    ) -> int:
-        from .truth import CALLBACK_TABLE_COLUMNS
-
+    def _copy_in(self, cur: Cursor, history: Iterable[History]) -> int:
+        # PostgreSQL: COPY in chunks, then the events' sequence moved past the copied ids
         n = 0
         chunk: list[History] = []
-        # PostgreSQL: COPY in chunks, then the events' sequence moved past the copied ids
-        with self._holding("restore a copied ledger", []) as cur:
-            for item in history:
-                chunk.append(item)
-                if len(chunk) >= 1000:
-                    n += _copy_in(cur, chunk)
-                    chunk = []
-            n += _copy_in(cur, chunk)
-            cur.execute(
-                "SELECT setval(pg_get_serial_sequence('events', 'id'), max(id)) FROM events"
-                " HAVING max(id) IS NOT NULL"
-            )
-            with cur.copy(f"COPY callbacks ({', '.join(CALLBACK_TABLE_COLUMNS)}) FROM STDIN") as cp:
-                for row in callbacks:
-                    cp.write_row(tuple(_clean(v) for v in row))
-            if check is not None:
-                check(self)
+        for item in history:
+            chunk.append(item)
+            if len(chunk) >= 1000:
+                n += _copy_chunk(cur, chunk)
+                chunk = []
+        n += _copy_chunk(cur, chunk)
+        cur.execute(
+            "SELECT setval(pg_get_serial_sequence('events', 'id'), max(id)) FROM events"
+            " HAVING max(id) IS NOT NULL"
+        )
         return n
+
+    def _copy_callbacks(self, cur: Cursor, rows: Iterable[Sequence[Any]]) -> None:
+        from .truth import CALLBACK_TABLE_COLUMNS
+
+        with cur.copy(f"COPY callbacks ({', '.join(CALLBACK_TABLE_COLUMNS)}) FROM STDIN") as cp:
+            for row in rows:
+                cp.write_row(tuple(_clean(v) for v in row))
 
     # ------------------------------------------------------------ inside a transaction
     def _insert_row(self, cur: Cursor, rec: ActionRecord, actor: str) -> bool:
@@ -835,6 +806,17 @@ class PostgresLedger(SqlLedger["Cursor"]):
 # -- statements ------------------------------------------------------------------------------
 
 _CB_COLS = ", ".join(CALLBACK_COLUMNS)
+# What opens a transaction ``rows`` reads through (``_holding``). EXCLUSIVE: readers go
+# on (ACCESS SHARE), every writer waits for the commit; a writer that holds a lock
+# longer than lock_timeout makes holding the ledger still LedgerBusy.
+_HOLDING: dict[str, tuple[str, ...]] = {
+    "read": ("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY",),
+    "write": (),
+    "still": (
+        "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+        "LOCK TABLE actions, events, callbacks IN EXCLUSIVE MODE",
+    ),
+}
 _DUE = (
     f"{statements.SELECT} WHERE {postgres_schema.DUE_PREDICATE} AND next_check_at <= %s"
     " ORDER BY next_check_at LIMIT %s FOR UPDATE SKIP LOCKED"
@@ -924,7 +906,7 @@ def _claimed_insert(rec: ActionRecord, actor: str, claim: Move) -> Statement:
     return sql, args
 
 
-def _copy_in(cur: Cursor, chunk: Sequence[History]) -> int:
+def _copy_chunk(cur: Cursor, chunk: Sequence[History]) -> int:
     """COPY records, then their events: the events' ids are written as given (COPY
     into an identity column keeps them, like OVERRIDING SYSTEM VALUE)."""
     if not chunk:

@@ -11,6 +11,8 @@ A backend supplies its statements, rendered once in its dialect (``DIALECT``,
                                 giving the rows (SQLite: BEGIN … COMMIT, retried whole
                                 while the file is busy; PostgreSQL: REPEATABLE READ,
                                 READ ONLY)
+    _holding(doing, how)        one transaction that ``rows`` reads through: a read
+                                snapshot, a write, or the whole ledger held still
     _write(doing, one=False)    one write transaction, yielding its handle (SQLite: the
                                 connection under BEGIN IMMEDIATE; PostgreSQL: a cursor);
                                 ``one``: the block writes with ONE statement, which
@@ -24,6 +26,7 @@ A backend supplies its statements, rendered once in its dialect (``DIALECT``,
     _due(h, cutoff, size)       the due scan (SQLite's index hint, PostgreSQL's
                                 ``FOR UPDATE SKIP LOCKED``)
     _lease(h, leased, owner, until), _mark_moved(h, to, at)
+    _copy_in(h, history), _copy_callbacks(h, rows)   a copied ledger's rows (``restore``)
 
 A backend may also override what its database does better: ``_apply_all`` and
 ``_claim_new`` (PostgreSQL: one pipeline), ``_lock_values`` (PostgreSQL's advisory
@@ -43,10 +46,10 @@ from __future__ import annotations
 import os
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from ..clock import to_text
 from ..errors import LedgerError
@@ -82,6 +85,9 @@ H = TypeVar("H")  # a backend's handle on its open write transaction
 T = TypeVar("T")
 Row = tuple[Any, ...]
 Run = Callable[[str, Sequence[Any]], list[Row]]  # a read inside a snapshot: the rows
+# What a transaction that ``rows`` reads through is for (``SqlLedger._holding``): a
+# read snapshot (``verify``), a write (``restore``), or the ledger held still.
+Hold = Literal["read", "write", "still"]
 
 
 def busy_timeout_from_env() -> float:
@@ -142,6 +148,20 @@ class SqlLedger(Ledger, Generic[H]):
         """One write transaction, committed when the block ends and rolled back on an
         error, yielding the handle the other primitives take. ``one``: the block writes
         with one statement (reads may follow), which a backend may commit on its own."""
+
+    @abstractmethod
+    def _holding(self, doing: str, how: Hold) -> AbstractContextManager[H]:
+        """One transaction whose rows ``rows`` reads (``Ledger.rows``), committed when
+        the block ends: a read snapshot (``read``), a write (``write``), or a write in
+        which no other writer can change the ledger until it ends (``still``)."""
+
+    @abstractmethod
+    def _copy_in(self, h: H, history: Iterable[History]) -> int:
+        """Records and their events exactly as they were, inside ``h``: how many."""
+
+    @abstractmethod
+    def _copy_callbacks(self, h: H, rows: Iterable[Sequence[Any]]) -> None:
+        """Kept callbacks' rows (``truth.CALLBACK_TABLE_COLUMNS``) as they were."""
 
     @abstractmethod
     def _fetch(self, h: H, sql: str, args: Sequence[Any] = ()) -> list[Row]:
@@ -393,6 +413,34 @@ class SqlLedger(Ledger, Generic[H]):
         args = (owner, until, rec.action_id, str(rec.status), now)
         with self._write("lease a record", one=True) as h:
             return self._execute(h, self.WRITES.lease_one, args) == 1
+
+    # -- the whole ledger ----------------------------------------------------------------
+
+    @contextmanager
+    def still(self) -> Iterator[Still]:
+        with self._holding("hold the ledger still", "still") as h:
+            yield self._still_in(h)
+
+    def verify(self, on_record: Callable[[int], None] | None = None) -> Any:
+        """``Ledger.verify`` from one snapshot: every row read in one read transaction."""
+        from . import truth
+
+        with self._holding("verify the ledger", "read"):
+            return truth.verify(self, on_record)
+
+    def restore(
+        self,
+        history: Iterable[History],
+        *,
+        callbacks: Iterable[Sequence[Any]] = (),
+        check: Callable[[Any], None] | None = None,
+    ) -> int:
+        with self._holding("restore a copied ledger", "write") as h:
+            n = self._copy_in(h, history)
+            self._copy_callbacks(h, callbacks)
+            if check is not None:
+                check(self)  # reads this transaction's rows: an error rolls it all back
+        return n
 
     # -- callbacks -----------------------------------------------------------------------
 

@@ -55,7 +55,6 @@ from .base import (
     History,
     Move,
     SchemaMode,
-    Still,
     Sweep,
     event_detail_text,
     missing_for_reads,
@@ -64,6 +63,7 @@ from .base import (
     to_row,
 )
 from .sql import (
+    Hold,
     Row,
     Run,
     SqlLedger,
@@ -415,18 +415,17 @@ class SqliteLedger(SqlLedger[sqlite3.Connection]):
             yield from (tuple(r) for r in chunk)
 
     @contextmanager
-    def still(self) -> Iterator[Still]:
-        with self._write("hold the ledger still") as c:
-            yield self._still_in(c)
-
-    def verify(self, on_record: Callable[[int], None] | None = None) -> Any:
-        """``Ledger.verify`` from one snapshot: a read transaction around every read."""
-        from . import truth
-
-        with self._mapped("verify the ledger"):
+    def _holding(self, doing: str, how: Hold) -> Iterator[sqlite3.Connection]:
+        # SQLite: any write transaction holds the ledger still (the write lock is the
+        # file's); a read one is BEGIN … COMMIT, its snapshot taken by the first read
+        if how != "read":
+            with self._write(doing) as c:
+                yield c
+            return
+        with self._mapped(doing):
             self._retry(lambda: self.conn.execute("BEGIN"))
             try:
-                return truth.verify(self, on_record)
+                yield self.conn
             finally:
                 if self.conn.in_transaction:
                     self.conn.execute("COMMIT")
@@ -524,53 +523,46 @@ class SqliteLedger(SqlLedger[sqlite3.Connection]):
         return sweep
 
     # ------------------------------------------------------------ copying
-    def restore(
-        self,
-        history: Iterable[History],
-        *,
-        callbacks: Iterable[Sequence[Any]] = (),
-        check: Callable[[Any], None] | None = None,
-    ) -> int:
-        # SQLite: row by row in one write transaction (the no-replace trigger refuses a
-        # taken id without an error: ``changes()`` tells)
-        from .truth import CALLBACK_TABLE_COLUMNS
-
+    def _copy_in(self, h: sqlite3.Connection, history: Iterable[History]) -> int:
+        # SQLite: row by row (the no-replace trigger refuses a taken id without an
+        # error: ``changes()`` tells), each record's events in one executemany
         n = 0
         names = ", ".join(COLUMNS)
         marks = ", ".join("?" * len(COLUMNS))
-        with self._write("restore a copied ledger") as c:
-            for rec, events in history:
-                row = to_row(rec)
-                c.execute(f"INSERT INTO actions ({names}) VALUES ({marks})", list(row.values()))
-                if c.execute("SELECT changes()").fetchone()[0] != 1:  # the no-replace trigger
-                    raise LedgerError(f"{self.path} already holds action {rec.action_id}")
-                c.executemany(
-                    "INSERT INTO events (id, action_id, at, actor, kind, from_status, to_status,"
-                    " attempt, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        (
-                            e.id,
-                            e.action_id,
-                            e.at,
-                            e.actor,
-                            e.kind,
-                            e.from_status,
-                            e.to_status,
-                            e.attempt,
-                            event_detail_text(e.detail),
-                        )
-                        for e in events
-                    ],
-                )
-                n += 1
-            c.executemany(
-                f"INSERT INTO callbacks ({', '.join(CALLBACK_TABLE_COLUMNS)})"
-                f" VALUES ({', '.join('?' * len(CALLBACK_TABLE_COLUMNS))})",
-                [tuple(r) for r in callbacks],
+        for rec, events in history:
+            row = to_row(rec)
+            h.execute(f"INSERT INTO actions ({names}) VALUES ({marks})", list(row.values()))
+            if h.execute("SELECT changes()").fetchone()[0] != 1:  # the no-replace trigger
+                raise LedgerError(f"{self.path} already holds action {rec.action_id}")
+            h.executemany(
+                "INSERT INTO events (id, action_id, at, actor, kind, from_status, to_status,"
+                " attempt, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        e.id,
+                        e.action_id,
+                        e.at,
+                        e.actor,
+                        e.kind,
+                        e.from_status,
+                        e.to_status,
+                        e.attempt,
+                        event_detail_text(e.detail),
+                    )
+                    for e in events
+                ],
             )
-            if check is not None:
-                check(self)
+            n += 1
         return n
+
+    def _copy_callbacks(self, h: sqlite3.Connection, rows: Iterable[Sequence[Any]]) -> None:
+        from .truth import CALLBACK_TABLE_COLUMNS
+
+        h.executemany(
+            f"INSERT INTO callbacks ({', '.join(CALLBACK_TABLE_COLUMNS)})"
+            f" VALUES ({', '.join('?' * len(CALLBACK_TABLE_COLUMNS))})",
+            [tuple(r) for r in rows],
+        )
 
     # ------------------------------------------------------------ inside a transaction
     def _insert_row(self, h: sqlite3.Connection, rec: ActionRecord, actor: str) -> bool:
