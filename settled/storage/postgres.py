@@ -365,22 +365,12 @@ class PostgresLedger(SqlLedger["Cursor"]):
         with self._mapped("read the schema version"), self._connection() as conn:
             return self._read_version(conn)
 
-    def pending_steps(self) -> list[tuple[int, str]]:
-        now = self.schema_version()
-        return [(n, name) for n, (name, _) in enumerate(postgres_schema.MIGRATIONS, 1) if n > now]
+    def _steps(self) -> Sequence[tuple[str, Any]]:
+        return postgres_schema.MIGRATIONS
 
-    def migrate(self, announce: Callable[[int, str], None] | None = None) -> list[tuple[int, str]]:
-        applied: list[tuple[int, str]] = []
-
-        def done(number: int, name: str) -> None:
-            applied.append((number, name))
-            if announce is not None:
-                announce(number, name)
-
+    def _migrate(self, on_step: Callable[[int, str], None]) -> None:
         with self._mapped("migrate"), self._connection() as conn:
-            postgres_schema.migrate(conn, self.location, on_step=done)
-        self.schema = self.schema_version()
-        return applied
+            postgres_schema.migrate(conn, self.location, on_step=on_step)
 
     def close(self) -> None:
         self._closed = True

@@ -6,6 +6,7 @@ its SQLite subclass override only what SQLite does otherwise.
 A backend supplies its statements, rendered once in its dialect (``DIALECT``,
 ``READS``, ``WRITES``, ``BY_NAME``), and these primitives:
 
+    _steps(), _migrate(on_step) its schema's steps, and applying the missing ones
     _all(sql, args)             one read on its own: the rows
     _snapshot(doing, read)      ``read(run)`` in one read snapshot, ``run(sql, args)``
                                 giving the rows (SQLite: BEGIN … COMMIT, retried whole
@@ -135,6 +136,15 @@ class SqlLedger(Ledger, Generic[H]):
     # -- the primitives ------------------------------------------------------------------
 
     @abstractmethod
+    def _steps(self) -> Sequence[tuple[str, Any]]:
+        """This backend's schema steps, in order: (name, what it does)."""
+
+    @abstractmethod
+    def _migrate(self, on_step: Callable[[int, str], None]) -> None:
+        """Apply every pending step, each in its own transaction, calling ``on_step``
+        with each step's number and name once it is committed."""
+
+    @abstractmethod
     def _all(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
         """One read on its own (its own snapshot): every row."""
 
@@ -231,6 +241,24 @@ class SqlLedger(Ledger, Generic[H]):
     def _storable(self, row: dict[str, Any]) -> dict[str, Any]:
         """A new row's values as the database can hold them."""
         return row
+
+    # -- the schema ----------------------------------------------------------------------
+
+    def pending_steps(self) -> list[tuple[int, str]]:
+        now = self.schema_version()
+        return [(n, name) for n, (name, _) in enumerate(self._steps(), 1) if n > now]
+
+    def migrate(self, announce: Callable[[int, str], None] | None = None) -> list[tuple[int, str]]:
+        applied: list[tuple[int, str]] = []
+
+        def done(number: int, name: str) -> None:
+            applied.append((number, name))
+            if announce is not None:
+                announce(number, name)
+
+        self._migrate(done)
+        self.schema = self.schema_version()
+        return applied
 
     # -- inside a transaction ------------------------------------------------------------
 

@@ -240,28 +240,18 @@ class SqliteLedger(SqlLedger[sqlite3.Connection]):
         with self._mapped("read the schema version"):
             return int(self._read_one("PRAGMA user_version")[0])
 
-    def pending_steps(self) -> list[tuple[int, str]]:
+    def _steps(self) -> Sequence[tuple[str, Any]]:
+        from . import sqlite_schema  # sqlite-utils: only for a ledger that is migrated
+
+        return sqlite_schema.MIGRATIONS
+
+    def _migrate(self, on_step: Callable[[int, str], None]) -> None:
         from . import sqlite_schema
-
-        now = self.schema_version()
-        return [(n, name) for n, (name, _) in enumerate(sqlite_schema.MIGRATIONS, 1) if n > now]
-
-    def migrate(self, announce: Callable[[int, str], None] | None = None) -> list[tuple[int, str]]:
-        from . import sqlite_schema
-
-        applied: list[tuple[int, str]] = []
-
-        def done(number: int, name: str) -> None:
-            applied.append((number, name))
-            if announce is not None:
-                announce(number, name)
 
         with self._mapped("migrate"):
             if self._read_one("PRAGMA journal_mode")[0] != "wal":
                 self._retry(lambda: self.conn.execute("PRAGMA journal_mode = WAL"))
-            sqlite_schema.migrate(self.conn, self._begin_immediate, APPLICATION_ID, on_step=done)
-        self.schema = self.schema_version()
-        return applied
+            sqlite_schema.migrate(self.conn, self._begin_immediate, APPLICATION_ID, on_step=on_step)
 
     def backup(self, target: str) -> None:
         """``VACUUM INTO`` a new file, made 0600 first (it holds every action's params):
