@@ -9,8 +9,8 @@ machines we measured (≈5,000 against ≈18,500 claim+event transactions/s), wh
 still far above what any provider API accepts.
 
 The hot path (claim, moves, reads) is raw, guarded SQL through ``sqlite3``; the schema
-is created and migrated through sqlite-utils in ``sqlite_schema``, which is only
-imported when a ledger needs migrating.
+is in ``sqlite_schema`` (made new by one script, migrated by steps written with
+sqlite-utils), which is only imported when a ledger is new or needs migrating.
 
 Writers take the lock with ``BEGIN IMMEDIATE`` retried in the application after a
 short random sleep, bounded by ``busy_timeout`` seconds: fairer than SQLite's own busy
