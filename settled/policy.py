@@ -20,13 +20,14 @@ and ask this module what every answer means. The rules in force (docs/rules.md):
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import MISSING, dataclass, fields, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from .clock import from_text, plus, to_text
 from .model import (
+    WRITABLE,
     Acceptance,
     ActionRecord,
     Declared,
@@ -1021,6 +1022,19 @@ def _moved(
 # -- people ----------------------------------------------------------------------------------
 
 
+# What a new attempt keeps of the one before: its status is the move's to set, and
+# the lease and the contradiction are not the attempt's (``sending.retry_problem``
+# refuses a contradicted record). Every other column a move may set starts over: the
+# new attempt's own values (``reopen``), else the field's default, None where it has
+# none; a field added to ``ActionRecord`` starts over too, unless it is named here.
+_KEPT_BY_REOPEN = frozenset({"status", "lease_owner", "lease_expires_at", "contradiction"})
+_STARTED_OVER: dict[str, Any] = {
+    f.name: None if f.default is MISSING else f.default
+    for f in fields(ActionRecord)
+    if f.name in WRITABLE - _KEPT_BY_REOPEN
+}
+
+
 def reopen(
     rec: ActionRecord, declared: Declared, now: datetime, *, actor: str, recheck: str | None = None
 ) -> Move:
@@ -1035,26 +1049,13 @@ def reopen(
         key=business_key(declared, rec.params),
     )
     values = {
+        **_STARTED_OVER,
         "attempt": attempt,
         "idempotency_key": idempotency_key(rec.action_id, attempt),
         "reconciliation_key": strategy.reconciliation_key,
         "eligible_at": to_text(strategy.eligible_at),
         "delivery": str(Delivery.PENDING),
         "acceptance": str(Acceptance.UNKNOWN),
-        "dispatch_id": None,
-        "provider_object_id": None,
-        "dispatched_at": None,
-        "confirmed_at": None,
-        "confirmed_by": None,
-        "next_check_at": None,
-        "verify_started_at": None,
-        "verify_deadline_at": None,
-        "lands_by": None,
-        "checks": 0,
-        "counted_checks": 0,
-        "check_error": None,
-        "reason": None,
-        "snapshot": None,
     }
     detail: dict[str, Any] = {"attempt": attempt, "previous_idempotency_key": rec.idempotency_key}
     if recheck is not None:

@@ -5,13 +5,13 @@ field's codec stores."""
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import MISSING, fields, replace
 from typing import Any
 
 import pytest
 import rawdb
 
-from settled import Ledger
+from settled import Ledger, policy
 from settled.clock import to_text, utcnow
 from settled.model import RECORD_FIELDS, ActionRecord, Declared, EventKind, Status, Tier
 from settled.policy import new_record
@@ -147,6 +147,30 @@ def test_a_stored_record_reads_back_whole_on_both_backends(ledger: Ledger) -> No
     )
     assert moved is not None
     assert ledger.get("a-1") == moved == replace(rec, status=Status.IN_FLIGHT)
+
+
+def test_a_reopened_attempt_starts_every_column_over_but_its_lease_and_contradiction() -> None:
+    """``policy.reopen`` sets every column a move may set (a field added to the record
+    too): the new attempt's own values, else the field's default; the status is the
+    move's, and the lease and the contradiction stay as they were."""
+    failed = replace(_full_record(), status=Status.FAILED)
+    assert failed.declared is not None
+    move = policy.reopen(failed, failed.declared, utcnow(), actor="t")
+    kept = {"status", "lease_owner", "lease_expires_at", "contradiction"}
+    assert set(move.values) == columns.WRITABLE - kept
+    own = {
+        "attempt",
+        "idempotency_key",
+        "reconciliation_key",
+        "eligible_at",
+        "delivery",
+        "acceptance",
+    }
+    defaults = {f.name: None if f.default is MISSING else f.default for f in fields(ActionRecord)}
+    started_over = {k: v for k, v in move.values.items() if k not in own}
+    assert started_over == {k: defaults[k] for k in started_over}
+    assert move.values["attempt"] == failed.attempt + 1
+    assert (move.values["delivery"], move.values["acceptance"]) == ("PENDING", "UNKNOWN")
 
 
 def test_a_move_cannot_set_a_fixed_column() -> None:

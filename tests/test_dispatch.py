@@ -188,14 +188,15 @@ def test_a_dispatch_records_and_claims_in_one_transaction(
     """Two durable transactions per dispatch (record + claim, then the outcome); a
     recorded action waiting for confirmation takes one, its confirmation two."""
     cls = type(ledger)
-    # SQLite's write transaction; PostgreSQL's (and its one-statement transaction)
-    names = ["_write"] if hasattr(cls, "_write") else ["_tx", "_one"]
+    # where a transaction begins: SQLite's write transaction; PostgreSQL's and its
+    # one-statement transaction (its ``_write`` picks one of those two)
+    names = ["_tx", "_one"] if hasattr(cls, "_tx") else ["_write"]
     opened = []
 
     def counting(write: Any) -> Any:
-        def opening(self: Ledger, doing: str) -> object:
+        def opening(self: Ledger, doing: str, **how: Any) -> object:
             opened.append(doing)
-            return write(self, doing)
+            return write(self, doing, **how)
 
         return opening
 

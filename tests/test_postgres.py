@@ -130,15 +130,13 @@ def test_read_only_opening_never_creates_a_ledger(db_path: str) -> None:
 def test_a_new_ledger_is_made_whole_or_not_at_all(
     db_path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every step of a new ledger lands in one transaction with its mark: a process
+    """A new ledger's whole schema lands in one transaction with its mark: a process
     that opens it meanwhile sees no ledger or the whole one, never a half-built schema
     that a command that never migrates would refuse as older."""
-
-    def boom(cur: Any) -> None:
-        raise RuntimeError("stop after the first step")
-
-    monkeypatch.setattr(postgres_schema, "MIGRATIONS", [postgres_schema.MIGRATIONS[0], ("x", boom)])
-    with pytest.raises(RuntimeError):
+    # the script fails at its last statement, everything before it made
+    broken = (*postgres_schema.FRESH, "CREATE TABLE actions (x int)")
+    monkeypatch.setattr(postgres_schema, "FRESH", broken)
+    with pytest.raises(LedgerError, match="already exists"):
         Ledger.open(db_path)
     assert "settled_ledger" not in _tables(db_path) and "actions" not in _tables(db_path)
     monkeypatch.undo()

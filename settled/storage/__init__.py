@@ -1,5 +1,6 @@
 """Storage: the ledger's interface (``base``) and its backends.
 
+- ``sql``: every operation written once, over a few primitives each backend supplies.
 - ``sqlite``: one file, WAL, ``synchronous=FULL`` — one host, the default.
 - ``postgres``: one database for many hosts and daemons (``postgresql://`` URLs).
 - ``query``: what a listing selects and sorts, and the aggregates of ``stats``, written

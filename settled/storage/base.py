@@ -1,7 +1,8 @@
 """The ledger's interface: every operation the core needs from storage, and the
 values that cross it. Code above this line speaks in operations (record, claim,
-move, lease a due batch), never in statements; each backend owns its SQL and maps
-its driver's errors to ``settled.errors.LedgerError`` at this boundary.
+move, lease a due batch), never in statements: the storage package owns the SQL (every
+operation written once in ``sql``, run through each backend's primitives), and each
+backend maps its driver's errors to ``settled.errors.LedgerError`` at this boundary.
 
 A ``Move`` (defined in ``settled.model``, the domain's vocabulary) is the one way a
 record changes: a guarded status change (checked against the transition table) plus

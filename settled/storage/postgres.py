@@ -38,9 +38,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from ..clock import Clock, SteadyClock, from_text, steady, to_text
@@ -56,44 +56,37 @@ from ..errors import (
 )
 from ..model import (
     ActionRecord,
-    Callback,
-    Event,
     EventKind,
-    PendingCallback,
     Status,
 )
 from . import postgres_schema, query, statements
 from .base import (
     CALLBACK_COLUMNS,
     COLUMNS,
-    CallbackFigures,
     Decide,
-    DueBatch,
-    Expire,
-    Figures,
     History,
-    Ledger,
     Move,
     SchemaMode,
-    Selection,
-    Stats,
-    Still,
     Sweep,
-    Taken,
-    callback_row,
     event_detail_text,
-    fold_stats,
     from_row,
     missing_for_reads,
     moved_message,
-    pending_from_row,
     recorded_detail,
-    retry_pending_at,
     same_action,
-    sort_due,
     to_row,
 )
 from .columns import BOOLS
+from .sql import (
+    Hold,
+    Row,
+    Run,
+    SqlLedger,
+    busy_timeout_from_env,
+    callbacks_of,
+    newer_message,
+    records_of,
+)
 
 try:
     import psycopg
@@ -109,12 +102,10 @@ if TYPE_CHECKING:
     Conn = psycopg.Connection[tuple[Any, ...]]
     Cursor = psycopg.Cursor[tuple[Any, ...]]
 
-DEFAULT_BUSY_TIMEOUT = 10.0
 CLOCK_REFRESH = 30.0  # s between readings of the database's clock
 IDLE_CHECK = 10.0  # s a connection may sit unused before it is checked before use
 POOL_MAX = 8  # connections for threads that use one ledger at the same time
 _COLS = ", ".join(COLUMNS)
-_SELECT = statements.SELECT
 _EVENT_COLS = "action_id, at, actor, kind, from_status, to_status, attempt, detail"
 
 
@@ -149,6 +140,7 @@ READS = statements.reads(DIALECT)
 WRITES = statements.writes(DIALECT)
 _BY_NAME = statements.named_records(WRITES)
 
+T = TypeVar("T")
 log = logging.getLogger("settled.storage.postgres")
 # The pool logs failed background connects itself; the ledger reports them as errors.
 logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
@@ -240,10 +232,11 @@ class DatabaseClock(SteadyClock):
 # -- the ledger ------------------------------------------------------------------------------
 
 
-class PostgresLedger(Ledger):
+class PostgresLedger(SqlLedger["Cursor"]):
     thread_safe = True  # threads that use it at once get connections of their own
     backend = "postgresql"
     latest_schema = postgres_schema.LATEST
+    DIALECT, READS, WRITES, BY_NAME = DIALECT, READS, WRITES, _BY_NAME
 
     def __init__(
         self,
@@ -284,9 +277,7 @@ class PostgresLedger(Ledger):
         ``search_path``), creating its tables unless ``create`` is false: then a schema
         without a ledger is a ``LedgerError`` naming the location. ``mode`` says what
         to do with an older schema (``Ledger.open``)."""
-        from .sqlite import _busy_timeout_from_env
-
-        timeout = _busy_timeout_from_env() if busy_timeout is None else busy_timeout
+        timeout = busy_timeout_from_env() if busy_timeout is None else busy_timeout
         location, secrets = redact(url)
         ledger = cls(url, location, secrets, timeout, probe)
         try:
@@ -328,8 +319,6 @@ class PostgresLedger(Ledger):
         )
 
     def _setup(self, conn: Conn, create: bool, mode: SchemaMode = SchemaMode.MIGRATE) -> None:
-        from .sqlite import _newer
-
         latest = postgres_schema.LATEST
         with conn.cursor() as cur:
             found, other = postgres_schema.inspect(cur)
@@ -345,7 +334,7 @@ class PostgresLedger(Ledger):
                         "(check --db, SETTLED_DB or [ledger] url)"
                     )
         if found is not None and found > latest:
-            raise LedgerError(_newer(self.location, found, latest))
+            raise LedgerError(newer_message(self.location, found, latest))
         if found is None or (found < latest and mode is SchemaMode.MIGRATE):
             postgres_schema.migrate(conn, self.location)
             found = self._read_version(conn)
@@ -376,22 +365,12 @@ class PostgresLedger(Ledger):
         with self._mapped("read the schema version"), self._connection() as conn:
             return self._read_version(conn)
 
-    def pending_steps(self) -> list[tuple[int, str]]:
-        now = self.schema_version()
-        return [(n, name) for n, (name, _) in enumerate(postgres_schema.MIGRATIONS, 1) if n > now]
+    def _steps(self) -> Sequence[tuple[str, Any]]:
+        return postgres_schema.MIGRATIONS
 
-    def migrate(self, announce: Callable[[int, str], None] | None = None) -> list[tuple[int, str]]:
-        applied: list[tuple[int, str]] = []
-
-        def done(number: int, name: str) -> None:
-            applied.append((number, name))
-            if announce is not None:
-                announce(number, name)
-
+    def _migrate(self, on_step: Callable[[int, str], None]) -> None:
         with self._mapped("migrate"), self._connection() as conn:
-            postgres_schema.migrate(conn, self.location, on_step=done)
-        self.schema = self.schema_version()
-        return applied
+            postgres_schema.migrate(conn, self.location, on_step=on_step)
 
     def close(self) -> None:
         self._closed = True
@@ -505,80 +484,45 @@ class PostgresLedger(Ledger):
                     raise
         raise AssertionError("unreachable")
 
-    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[ActionRecord]:
-        def run(cur: Cursor) -> list[ActionRecord]:
-            cur.execute(sql, args)
-            return [from_row(dict(zip(COLUMNS, r, strict=True))) for r in cur.fetchall()]
-
-        rows: list[ActionRecord] = self._read("read", run)
+    # ------------------------------------------------------------ primitives (``sql``)
+    def _all(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        rows: list[Row] = self._read("read", lambda cur: self._fetch(cur, sql, args))
         return rows
 
-    def _all(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        def run(cur: Cursor) -> list[tuple[Any, ...]]:
-            cur.execute(sql, args)
-            return cur.fetchall()
+    def _snapshot(self, doing: str, read: Callable[[Run], T]) -> T:
+        with self._tx(doing) as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            return read(lambda sql, args: self._fetch(cur, sql, args))
 
-        rows: list[tuple[Any, ...]] = self._read("read", run)
-        return rows
+    def _write(self, doing: str, *, one: bool = False) -> AbstractContextManager[Cursor]:
+        return self._one(doing) if one else self._tx(doing)
+
+    def _fetch(self, h: Cursor, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        h.execute(sql, args)
+        return h.fetchall()
+
+    def _execute(self, h: Cursor, sql: str, args: Sequence[Any] = ()) -> int:
+        h.execute(sql, args)
+        return h.rowcount
+
+    def _execute_each(self, h: Cursor, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        for args in rows:  # in turn (the dispatch leases a due batch finds running: few)
+            h.execute(sql, args)
+
+    def _storable(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {k: _clean(v) for k, v in row.items()}
+
+    def _lock_values(self, h: Cursor, provider: str, values: Sequence[str]) -> None:
+        """Take, for this transaction, the lock on each value a callback may name, in
+        order: a callback kept while an outcome naming it is written, and the match that
+        follows the outcome, serialise on it, so neither can miss the other."""
+        for value in values:
+            h.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || %s, 0))",
+                (_clean(f"\x1fsettled callback\x1f{provider}\x1f{value}"),),
+            )
 
     # ------------------------------------------------------------ reads
-    def find(self, action_id: str) -> ActionRecord | None:
-        found = self._rows(READS.find, (action_id,))
-        return found[0] if found else None
-
-    def events(self, action_id: str) -> list[Event]:
-        return [statements.event_from_row(r) for r in self._all(READS.events, (action_id,))]
-
-    def records(self, selection: Selection | None = None) -> list[ActionRecord]:
-        sel = selection or Selection()
-        w = query.where(sel, DIALECT)
-        cut, more = query.limit(sel, DIALECT)
-        return self._rows(f"{_SELECT}{w.sql}{query.order_by(sel, DIALECT)}{cut}", w.args + more)
-
-    def count(self, selection: Selection | None = None) -> int:
-        w = query.where(selection or Selection(), DIALECT)
-        return int(self._all(f"SELECT count(*) FROM actions{w.sql}", w.args)[0][0])
-
-    def stats(
-        self, selection: Selection | None = None, *, now: str, by: str | None = None
-    ) -> Stats:
-        statements = query.stats_statements(selection or Selection(), DIALECT, now, by)
-        with self._tx("read the figures") as cur:
-            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            rows: dict[str, list[Any]] = {}
-            for key, (sql, args) in statements.items():
-                cur.execute(sql, args)
-                rows[key] = cur.fetchall()
-        return fold_stats(rows["totals"][0], rows["cells"], rows["ages"], rows.get("ages_by"))
-
-    def ids(self, prefix: str = "", limit: int = 200) -> list[str]:
-        # action_id is COLLATE "C": the range is in code point order, as on SQLite
-        return [str(r[0]) for r in self._all(READS.ids, statements.ids_args(prefix, limit))]
-
-    def names(self) -> list[tuple[str, str]]:
-        return [(r[0], r[1]) for r in self._all(READS.names)]
-
-    def status_counts(self) -> dict[tuple[str, str], int]:
-        return {(r[0], r[1]): int(r[2]) for r in self._all(READS.status_counts)}
-
-    def check_failures(self) -> dict[str, int]:
-        return {r[0]: int(r[1]) for r in self._all(READS.check_failures)}
-
-    def rivals(self, rec: ActionRecord, limit: int = 5) -> list[str]:
-        return [r[0] for r in self._all(READS.rivals, statements.rivals_args(rec, limit))]
-
-    def figures(self) -> dict[tuple[str, str], Figures]:
-        from . import audit_sql
-
-        def run(sql: str, args: list[Any]) -> list[tuple[Any, ...]]:
-            cur.execute(sql, args)
-            return cur.fetchall()
-
-        with self._tx("read the audit's figures") as cur:
-            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            figures: dict[tuple[str, str], Figures] = audit_sql.figures(run, DIALECT)
-            return figures
-
     def integrity_check(self) -> str:
         def run(cur: Cursor) -> str:
             cur.execute(
@@ -635,11 +579,11 @@ class PostgresLedger(Ledger):
                     cur.close()
 
     @contextmanager
-    def _holding(self, doing: str, first: Sequence[str]) -> Iterator[Cursor]:
+    def _holding(self, doing: str, how: Hold) -> Iterator[Cursor]:
         """One transaction whose connection ``rows`` reads through, opened by the
-        statements ``first`` (an isolation level, a lock)."""
+        statements of ``how`` (an isolation level, a lock)."""
         with self._tx(doing) as cur:
-            for statement in first:
+            for statement in _HOLDING[how]:
                 cur.execute(statement)
             self._held = cur.connection
             try:
@@ -647,27 +591,11 @@ class PostgresLedger(Ledger):
             finally:
                 self._held = None
 
-    @contextmanager
-    def still(self) -> Iterator[Still]:
-        # EXCLUSIVE: readers go on (ACCESS SHARE), every writer waits for the commit;
-        # a writer that holds a lock longer than lock_timeout makes this LedgerBusy.
-        with self._holding(
-            "hold the ledger still",
-            [
-                "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
-                "LOCK TABLE actions, events, callbacks IN EXCLUSIVE MODE",
-            ],
-        ) as cur:
-            yield _PgStill(self, cur)
-
-    def verify(self, on_record: Callable[[int], None] | None = None) -> Any:
-        """``Ledger.verify`` from one snapshot (a repeatable-read, read-only transaction)."""
-        from . import truth
-
-        with self._holding(
-            "verify the ledger", ["SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"]
-        ):
-            return truth.verify(self, on_record)
+    def _mark_moved(self, h: Cursor, to: str, at: str) -> None:
+        h.execute(
+            "INSERT INTO ledger_moved (moved_to, moved_at) VALUES (%s, %s::timestamptz)",
+            (_clean(to), at),
+        )
 
     def moved(self) -> tuple[str, str] | None:
         def run(cur: Cursor) -> tuple[str, str] | None:
@@ -709,133 +637,52 @@ class PostgresLedger(Ledger):
         return reading
 
     # ------------------------------------------------------------ writes
-    def record(self, rec: ActionRecord, *, actor: str) -> tuple[ActionRecord, bool]:
-        with self._one("record") as cur:
-            existing = self._insert(cur, rec, actor)
-        if existing is not None:
-            return existing, False
-        return rec, True
-
     def record_and_claim(
         self, rec: ActionRecord, *, actor: str, claim: Move
     ) -> tuple[ActionRecord, bool]:
         if not _fusable(rec, claim):
-            with self._tx("record and claim") as cur:
-                existing = self._insert(cur, rec, actor)
-                if existing is not None:
-                    return existing, False
-                row = self._apply(cur, claim, everything=True)
-                assert row is not None  # inserted PENDING in this very transaction
-                return from_row(row), True
+            return super().record_and_claim(rec, actor=actor, claim=claim)
+        # PostgreSQL: the row written already claimed, with both its events, in ONE
+        # statement (one round trip, its own transaction)
         with self._one("record and claim") as cur:
             cur.execute(*_claimed_insert(rec, actor, claim))
             got = cur.fetchone()
             if got is None:
-                found = self._find(cur, rec.action_id)
+                found = self._find_in(cur, rec.action_id)
                 assert found is not None
                 same_action(found, rec)  # Conflict: nothing was written
                 return found, False
             self.probe(f"before_commit:{claim.kind}")
         return from_row(dict(zip(COLUMNS, got, strict=True))), True
 
-    def record_and_claim_many(
-        self, pairs: Sequence[tuple[ActionRecord, Move]], *, actor: str
+    def _claim_new(
+        self, cur: Cursor, pairs: Sequence[tuple[ActionRecord, Move]], actor: str
     ) -> list[tuple[ActionRecord, bool]]:
+        if not all(_fusable(rec, m) for rec, m in pairs):
+            return super()._claim_new(cur, pairs, actor)
+        # PostgreSQL: every row written already claimed, in one pipeline (one round trip)
         out: list[tuple[ActionRecord, bool]] = []
-        if not pairs:
-            return out
-        with self._tx("record and claim a group") as cur:
-            if all(_fusable(rec, m) for rec, m in pairs):
-                rows = _each(cur, [_claimed_insert(rec, actor, m) for rec, m in pairs])
-                for (rec, claim), got in zip(pairs, rows, strict=True):
-                    if got is None:  # the id was taken (before, or earlier in this group)
-                        found = self._find(cur, rec.action_id)
-                        assert found is not None
-                        out.append((found, False))
-                        continue
-                    self.probe(f"before_commit:{claim.kind}")
-                    out.append((from_row(dict(zip(COLUMNS, got, strict=True))), True))
-                return out
-            for rec, claim in pairs:
-                existing = self._insert(cur, rec, actor, strict=False)
-                if existing is not None:
-                    out.append((existing, False))
-                    continue
-                row = self._apply(cur, claim, everything=True)
-                assert row is not None
-                out.append((from_row(row), True))
+        rows = _each(cur, [_claimed_insert(rec, actor, m) for rec, m in pairs])
+        for (rec, claim), got in zip(pairs, rows, strict=True):
+            if got is None:  # the id was taken (before, or earlier in this group)
+                found = self._find_in(cur, rec.action_id)
+                assert found is not None
+                out.append((found, False))
+                continue
+            self.probe(f"before_commit:{claim.kind}")
+            out.append((from_row(dict(zip(COLUMNS, got, strict=True))), True))
         return out
 
-    def move(self, move: Move) -> ActionRecord | None:
-        with self._one(f"record {move.kind or 'a schedule'}") as cur:
-            row = self._apply(cur, move, everything=True)
-        return from_row(row) if row is not None else None
+    def _due(self, h: Cursor, cutoff: str, size: int) -> list[ActionRecord]:
+        # SKIP LOCKED: rows another daemon is leasing right now are its own; the
+        # rows it has leased already are not due any more (their check time moved).
+        return records_of(self._fetch(h, _DUE, (cutoff, size)))
 
-    def commit(self, moves: Sequence[Move]) -> list[bool]:
-        if not moves:
-            return []
-        with self._tx("commit results") as cur:
-            return self._apply_all(cur, moves)
-
-    def claim_retries(self, pairs: Sequence[tuple[Move, Move]]) -> list[ActionRecord | None]:
-        out: list[ActionRecord | None] = []
-        if not pairs:
-            return out
-        with self._tx("reopen and claim a group") as cur:
-            for reopen, claim in pairs:
-                if self._apply(cur, reopen, everything=False) is None:
-                    out.append(None)
-                    continue
-                row = self._apply(cur, claim, everything=True)
-                assert row is not None  # reopened PENDING in this very transaction
-                out.append(from_row(row))
-        return out
-
-    def lease_due(
-        self,
-        *,
-        now: datetime,
-        cutoff: str,
-        size: int,
-        owner: str,
-        until: str,
-        expire: Expire,
-        pending: Sequence[Move] = (),
-    ) -> DueBatch:
-        batch = DueBatch()
-        with self._tx("lease a due batch") as cur:
-            batch.committed = self._apply_all(cur, pending)
-            # SKIP LOCKED: rows another daemon is leasing right now are its own; the
-            # rows it has leased already are not due any more (their check time moved).
-            cur.execute(
-                f"{_SELECT} WHERE {postgres_schema.DUE_PREDICATE} AND next_check_at <= %s"
-                " ORDER BY next_check_at LIMIT %s FOR UPDATE SKIP LOCKED",
-                (cutoff, size),
-            )
-            rows = [from_row(dict(zip(COLUMNS, r, strict=True))) for r in cur.fetchall()]
-            batch.selected = len(rows)
-            running, lapsed, batch.leased = sort_due(rows, now, owner)
-            for rec in running:
-                cur.execute(
-                    "UPDATE actions SET next_check_at = %s WHERE action_id = %s",
-                    (rec.lease_expires_at, rec.action_id),
-                )
-            for rec in lapsed:
-                m = expire(rec)
-                if self._apply(cur, m, everything=False) is not None:
-                    batch.expired.append((rec, m))
-            if batch.leased:
-                cur.execute(
-                    "UPDATE actions SET lease_owner = %s, next_check_at = %s"
-                    " WHERE action_id = ANY(%s)",
-                    (owner, until, [rec.action_id for rec in batch.leased]),
-                )
-        return batch
-
-    def lease_one(self, rec: ActionRecord, *, owner: str, until: str, now: str) -> bool:
-        with self._one("lease a record") as cur:
-            cur.execute(WRITES.lease_one, (owner, until, rec.action_id, str(rec.status), now))
-            return cur.rowcount == 1
+    def _lease(self, h: Cursor, leased: Sequence[ActionRecord], owner: str, until: str) -> None:
+        h.execute(  # the whole batch bound as one array: one statement, one round trip
+            "UPDATE actions SET lease_owner = %s, next_check_at = %s WHERE action_id = ANY(%s)",
+            (owner, until, [rec.action_id for rec in leased]),
+        )
 
     def hand_back(self, leased: Sequence[ActionRecord], *, owner: str) -> None:
         if not leased:
@@ -849,34 +696,9 @@ class PostgresLedger(Ledger):
             )
 
     # ------------------------------------------------------------ callbacks
-    def take_callback(
-        self, cb: Callback, decide: Decide, *, now: datetime
-    ) -> tuple[Taken, Move | None]:
-        row = {k: _clean(v) for k, v in callback_row(cb).items()}
-        row["next_check_at"] = retry_pending_at(now, 0)
-        with self._tx("record a callback") as cur:
-            _lock_values(cur, cb.provider, [cb.key])
-            cur.execute(
-                statements.insert("callbacks", list(row), "provider, event_id", DIALECT),
-                list(row.values()),
-            )
-            if cur.rowcount != 1:
-                return Taken.DUPLICATE, None
-            return self._settle_callback(cur, PendingCallback(cb), decide, now)
-
-    def match_callbacks(self, rec: ActionRecord, decide: Decide, *, now: datetime) -> list[Move]:
-        moves: list[Move] = []
-        values = {v for v in (rec.action_id, rec.reconciliation_key, rec.provider_object_id) if v}
-        with self._tx("match callbacks") as cur:
-            _lock_values(cur, rec.provider, sorted(values))
-            cur.execute(READS.pending_for, statements.pending_args(rec))
-            for pending in [pending_from_row(r) for r in _cb_dicts(cur)]:
-                _, move = self._settle_callback(cur, pending, decide, now)
-                if move is not None:
-                    moves.append(move)
-        return moves
-
     def sweep_callbacks(self, decide: Decide, *, now: datetime, size: int) -> Sweep:
+        # PostgreSQL: one transaction per callback, locked on the value it names and
+        # skipped when another pass holds it, so passes on many hosts share the work.
         sweep = Sweep()
         at = to_text(now)
         due = self._all(
@@ -886,124 +708,46 @@ class PostgresLedger(Ledger):
         )
         for provider, event_id, key in due:
             with self._tx("match a pending callback") as cur:
-                _lock_values(cur, provider, [key])
-                cur.execute(
+                self._lock_values(cur, provider, [key])
+                found = self._fetch(
+                    cur,
                     f"SELECT {_CB_COLS} FROM callbacks WHERE provider = %s AND event_id = %s"
                     " AND state = 'pending' FOR UPDATE SKIP LOCKED",
                     (provider, event_id),
                 )
-                rows = _cb_dicts(cur)
-                if not rows:
-                    continue  # matched meanwhile, or another pass has it
-                sweep.examined += 1
-                pending = pending_from_row(rows[0])
-                if pending.callback.expires_at <= at:
-                    cur.execute(WRITES.callback_expired, (provider, event_id))
-                    sweep.expired += 1
-                    continue
-                _, move = self._settle_callback(cur, pending, decide, now)
-                if move is not None:
-                    sweep.matched.append((pending, move))
-                else:
-                    cur.execute(
-                        WRITES.callback_retry,
-                        (retry_pending_at(now, pending.tries + 1), provider, event_id),
-                    )
+                # none found: matched meanwhile, or another pass has it
+                for pending in callbacks_of(found):
+                    self._sweep_one(cur, pending, decide, now, at, sweep)
         return sweep
 
-    def callback_figures(self) -> dict[str, CallbackFigures]:
-        return statements.callback_figures(self._all(READS.callback_figures))
-
-    def pending_callbacks(self, rec: ActionRecord) -> int:
-        return int(self._all(READS.pending_count, statements.pending_args(rec))[0][0])
-
-    def _settle_callback(
-        self, cur: Cursor, pending: PendingCallback, decide: Decide, now: datetime
-    ) -> tuple[Taken, Move | None]:
-        """Apply one kept callback to the record it names, inside the caller's
-        transaction (the record's row locked), or leave it pending (bound to its record
-        while that is in flight)."""
-        cb = pending.callback
-        key = (cb.provider, cb.event_id)
-        if pending.action_id is not None:
-            cur.execute(WRITES.bound_record, (pending.action_id,))
-        else:
-            cur.execute(_BY_NAME[cb.names], (cb.provider, cb.key))
-        found = [from_row(dict(zip(COLUMNS, r, strict=True))) for r in cur.fetchall()]
-        if len(found) != 1:
-            return (Taken.AMBIGUOUS if found else Taken.PENDING), None
-        rec = found[0]
-        move = decide(pending, rec, now)
-        if move is None or self._apply(cur, move, everything=False) is None:
-            cur.execute(
-                WRITES.callback_bound, (rec.action_id, pending.attempt or rec.attempt, *key)
-            )
-            return Taken.PENDING, None
-        cur.execute(
-            WRITES.callback_matched,
-            (
-                rec.action_id,
-                rec.attempt if pending.attempt is None else pending.attempt,
-                to_text(now),
-                *key,
-            ),
-        )
-        return Taken.MATCHED, move
-
     # ------------------------------------------------------------ copying
-    def export(self, *, after: str | None = None, limit: int = 500) -> list[History]:
-        with self._tx("read a page of the ledger") as cur:
-            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            cur.execute(READS.page, (after or "", limit))
-            records = [from_row(dict(zip(COLUMNS, r, strict=True))) for r in cur.fetchall()]
-            if not records:
-                return []
-            cur.execute(READS.page_events, (records[0].action_id, records[-1].action_id))
-            rows = cur.fetchall()
-        return statements.pages(records, rows)
-
-    def restore(
-        self,
-        history: Iterable[History],
-        *,
-        callbacks: Iterable[Sequence[Any]] = (),
-        check: Callable[[Any], None] | None = None,
-    ) -> int:
-        from .truth import CALLBACK_TABLE_COLUMNS
-
+    def _copy_in(self, cur: Cursor, history: Iterable[History]) -> int:
+        # PostgreSQL: COPY in chunks, then the events' sequence moved past the copied ids
         n = 0
         chunk: list[History] = []
-        with self._holding("restore a copied ledger", []) as cur:
-            for item in history:
-                chunk.append(item)
-                if len(chunk) >= 1000:
-                    n += _copy_in(cur, chunk)
-                    chunk = []
-            n += _copy_in(cur, chunk)
-            cur.execute(
-                "SELECT setval(pg_get_serial_sequence('events', 'id'), max(id)) FROM events"
-                " HAVING max(id) IS NOT NULL"
-            )
-            with cur.copy(f"COPY callbacks ({', '.join(CALLBACK_TABLE_COLUMNS)}) FROM STDIN") as cp:
-                for row in callbacks:
-                    cp.write_row(tuple(_clean(v) for v in row))
-            if check is not None:
-                check(self)
+        for item in history:
+            chunk.append(item)
+            if len(chunk) >= 1000:
+                n += _copy_chunk(cur, chunk)
+                chunk = []
+        n += _copy_chunk(cur, chunk)
+        cur.execute(
+            "SELECT setval(pg_get_serial_sequence('events', 'id'), max(id)) FROM events"
+            " HAVING max(id) IS NOT NULL"
+        )
         return n
 
-    # ------------------------------------------------------------ inside a transaction
-    @staticmethod
-    def _find(cur: Cursor, action_id: str) -> ActionRecord | None:
-        cur.execute(READS.find, (action_id,))
-        got = cur.fetchone()
-        return from_row(dict(zip(COLUMNS, got, strict=True))) if got else None
+    def _copy_callbacks(self, cur: Cursor, rows: Iterable[Sequence[Any]]) -> None:
+        from .truth import CALLBACK_TABLE_COLUMNS
 
-    def _insert(
-        self, cur: Cursor, rec: ActionRecord, actor: str, *, strict: bool = True
-    ) -> ActionRecord | None:
-        """The new PENDING row and its ``recorded`` event, in one statement. Returns
-        None when it inserted, else the record already under that id (``Conflict``
-        when it is another action, unless ``strict`` is false)."""
+        with cur.copy(f"COPY callbacks ({', '.join(CALLBACK_TABLE_COLUMNS)}) FROM STDIN") as cp:
+            for row in rows:
+                cp.write_row(tuple(_clean(v) for v in row))
+
+    # ------------------------------------------------------------ inside a transaction
+    def _insert_row(self, cur: Cursor, rec: ActionRecord, actor: str) -> bool:
+        """The new PENDING row and its ``recorded`` event, in one statement (unless the
+        id is taken)."""
         row = _row(rec)
         cur.execute(
             f"WITH a AS (INSERT INTO actions ({', '.join(row)})"
@@ -1020,13 +764,7 @@ class PostgresLedger(Ledger):
                 event_detail_text(recorded_detail(rec)),
             ],
         )
-        if cur.rowcount == 1:
-            return None
-        found = self._find(cur, rec.action_id)
-        assert found is not None
-        if strict:
-            same_action(found, rec)
-        return found
+        return cur.rowcount == 1
 
     def _apply(self, cur: Cursor, m: Move, *, everything: bool) -> dict[str, Any] | None:
         """One guarded move inside the caller's transaction, with its event, in one
@@ -1058,45 +796,21 @@ class PostgresLedger(Ledger):
 # -- statements ------------------------------------------------------------------------------
 
 _CB_COLS = ", ".join(CALLBACK_COLUMNS)
-
-
-class _PgStill(Still):
-    """The PostgreSQL ledger inside the transaction that locked its tables."""
-
-    def __init__(self, ledger: PostgresLedger, cur: Cursor) -> None:
-        self.ledger, self.cur, self.location = ledger, cur, ledger.location
-
-    def rows(self, table: str, order: str = "") -> Iterator[tuple[Any, ...]]:
-        return self.ledger.rows(table, order)
-
-    def live_leases(self, now: str) -> int:
-        self.cur.execute(
-            "SELECT count(*) FROM actions WHERE status = 'IN_FLIGHT'"
-            " AND (lease_expires_at IS NULL OR lease_expires_at > %s::timestamptz)",
-            (now,),
-        )
-        return int(self.cur.fetchone()[0])  # type: ignore[index]
-
-    def mark_moved(self, to: str, at: str) -> None:
-        self.cur.execute(
-            "INSERT INTO ledger_moved (moved_to, moved_at) VALUES (%s, %s::timestamptz)",
-            (_clean(to), at),
-        )
-
-
-def _cb_dicts(cur: Cursor) -> list[dict[str, Any]]:
-    return [dict(zip(CALLBACK_COLUMNS, r, strict=True)) for r in cur.fetchall()]
-
-
-def _lock_values(cur: Cursor, provider: str, values: Sequence[str]) -> None:
-    """Take, for this transaction, the lock on each value a callback may name, in
-    order: a callback kept while an outcome naming it is written, and the match that
-    follows the outcome, serialise on it, so neither can miss the other."""
-    for value in values:
-        cur.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || %s, 0))",
-            (_clean(f"\x1fsettled callback\x1f{provider}\x1f{value}"),),
-        )
+# What opens a transaction ``rows`` reads through (``_holding``). EXCLUSIVE: readers go
+# on (ACCESS SHARE), every writer waits for the commit; a writer that holds a lock
+# longer than lock_timeout makes holding the ledger still LedgerBusy.
+_HOLDING: dict[str, tuple[str, ...]] = {
+    "read": ("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY",),
+    "write": (),
+    "still": (
+        "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+        "LOCK TABLE actions, events, callbacks IN EXCLUSIVE MODE",
+    ),
+}
+_DUE = (
+    f"{statements.SELECT} WHERE {postgres_schema.DUE_PREDICATE} AND next_check_at <= %s"
+    " ORDER BY next_check_at LIMIT %s FOR UPDATE SKIP LOCKED"
+)
 
 
 Statement = tuple[str, list[Any]]
@@ -1182,7 +896,7 @@ def _claimed_insert(rec: ActionRecord, actor: str, claim: Move) -> Statement:
     return sql, args
 
 
-def _copy_in(cur: Cursor, chunk: Sequence[History]) -> int:
+def _copy_chunk(cur: Cursor, chunk: Sequence[History]) -> int:
     """COPY records, then their events: the events' ids are written as given (COPY
     into an identity column keeps them, like OVERRIDING SYSTEM VALUE)."""
     if not chunk:

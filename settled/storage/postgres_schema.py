@@ -1,17 +1,21 @@
-"""The PostgreSQL ledger's schema migrations: named steps, applied once each, in order:
-a new ledger's all in one transaction, an existing ledger's each in its own. Never edit
-a step that has shipped; add a new one.
+"""The PostgreSQL ledger's schema: the current one, which a new ledger is made with, and
+the migrations that bring an older ledger to it. Never edit a step that has shipped;
+add a new one, and change ``FRESH`` (or the record's field) to match: the suite checks
+that a ledger made new and one migrated from an empty one have the same schema.
 
 A ledger lives in one schema (the first of the connection's ``search_path``, so
 ``?options=-csearch_path%3Dsettled`` picks it). The table ``settled_ledger`` marks the
-schema as a settled ledger and holds the number of steps applied; it is created in the
-same transaction as the steps of a new ledger, so no process can ever see settled's
-tables in a schema that is not marked, nor a new ledger half built. A schema that
-holds anything else and no mark is refused.
+schema as a settled ledger and holds the number of steps applied. A new ledger is made
+by ``FRESH``, one script of the current schema (the actions table's ``CREATE``
+generated from ``columns``) that also creates the mark, sent as one statement in one
+transaction that records every step as applied, so no process can ever see settled's
+tables in a schema that is not marked, nor a new ledger half built. An existing
+ledger gets the steps it lacks, each in its own transaction. A schema that holds
+anything else and no mark is refused.
 
-Several processes may open a new ledger at once: each step takes a transaction-scoped
-advisory lock on the schema's name and re-reads the version under it, so every step runs
-exactly once.
+Several processes may open a new ledger at once: each transaction takes a
+transaction-scoped advisory lock on the schema's name and re-reads the version under
+it, so the ledger is made once and every step runs exactly once.
 
 Types are PostgreSQL's own: ``timestamptz`` for times (the ledger converts them to and
 from the contract's text, ``YYYY-MM-DDTHH:MM:SS.ffffffZ``, at its boundary), ``boolean``
@@ -26,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import LedgerError
+from . import columns
 
 Cursor = Any  # a psycopg cursor; psycopg is imported by the ledger module only
 Step = Callable[[Cursor], None]
@@ -317,6 +322,162 @@ MIGRATIONS: list[tuple[str, Step]] = [
 
 LATEST = len(MIGRATIONS)
 
+# PostgreSQL's types: ``timestamptz`` for times, ``boolean`` for flags, names in byte
+# order, and the enums the schema holds to their values checked.
+TYPES = columns.Types(
+    {"integer": "integer", "boolean": "boolean", "time": "timestamptz"},
+    "text",
+    by_bytes=' COLLATE "C"',
+    checks=True,
+)
+
+# The current schema, statement by statement (sent as one script: one round trip). Why
+# each part is there is told by the step that added it, above.
+FRESH: tuple[str, ...] = (
+    f"CREATE TABLE {MARK} (only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),"
+    " application text NOT NULL, version integer NOT NULL)",
+    "CREATE TABLE _migrations (name text PRIMARY KEY,"
+    " applied_at timestamptz NOT NULL DEFAULT clock_timestamp())",
+    columns.create_table(TYPES),
+    """
+        CREATE TABLE events (
+            id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            action_id text COLLATE "C" NOT NULL REFERENCES actions (action_id),
+            at timestamptz NOT NULL,
+            actor text NOT NULL,
+            kind text NOT NULL,
+            from_status text,
+            to_status text NOT NULL,
+            attempt integer NOT NULL,
+            detail text NOT NULL
+        )
+        """,
+    """
+        CREATE TABLE callbacks (
+            provider text COLLATE "C" NOT NULL,
+            event_id text COLLATE "C" NOT NULL,
+            scheme text NOT NULL,
+            names text NOT NULL,
+            key text COLLATE "C" NOT NULL,
+            status text NOT NULL,
+            reported text NOT NULL,
+            digest text NOT NULL,
+            item integer,
+            received_at timestamptz NOT NULL,
+            expires_at timestamptz NOT NULL,
+            state text NOT NULL CHECK (state IN ('pending', 'matched', 'expired')),
+            action_id text COLLATE "C",
+            attempt integer,
+            matched_at timestamptz,
+            next_check_at timestamptz,
+            tries integer NOT NULL DEFAULT 0,
+            PRIMARY KEY (provider, event_id)
+        )
+        """,
+    "CREATE TABLE ledger_moved (only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),"
+    " moved_to text NOT NULL, moved_at timestamptz NOT NULL)",
+    # the indexes
+    f"CREATE INDEX actions_due ON actions (next_check_at) WHERE {DUE_PREDICATE}",
+    "CREATE INDEX actions_status ON actions (status, created_at)",
+    "CREATE INDEX actions_same_change ON actions (provider, operation, params_hash)",
+    "CREATE INDEX actions_object ON actions (provider, provider_object_id)"
+    " WHERE provider_object_id IS NOT NULL",
+    "CREATE INDEX actions_key ON actions (provider, reconciliation_key)"
+    " WHERE reconciliation_key IS NOT NULL",
+    "CREATE INDEX actions_check_error ON actions (provider) WHERE check_error IS NOT NULL",
+    "CREATE INDEX events_action ON events (action_id, id)",
+    "CREATE INDEX callbacks_due ON callbacks (next_check_at) WHERE state = 'pending'",
+    "CREATE INDEX callbacks_named ON callbacks (provider, key) WHERE state = 'pending'",
+    "CREATE INDEX callbacks_bound ON callbacks (action_id) WHERE state = 'pending'",
+    # the functions the triggers run
+    """
+        CREATE FUNCTION settled_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            RAISE EXCEPTION 'settled: %', TG_ARGV[0];
+        END
+        $$
+        """,
+    """
+        CREATE FUNCTION settled_callback_as_received() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF (NEW.provider, NEW.event_id, NEW.scheme, NEW.names, NEW.key, NEW.status,
+                NEW.reported, NEW.digest, NEW.received_at)
+               IS DISTINCT FROM (OLD.provider, OLD.event_id, OLD.scheme, OLD.names, OLD.key,
+                OLD.status, OLD.reported, OLD.digest, OLD.received_at)
+               OR OLD.state <> 'pending' THEN
+                RAISE EXCEPTION 'settled: a callback is kept as it was received';
+            END IF;
+            RETURN NEW;
+        END
+        $$
+        """,
+    """
+        CREATE FUNCTION settled_status_has_event() RETURNS trigger LANGUAGE plpgsql AS $$
+        DECLARE
+            now_status text;
+            newest text;
+        BEGIN
+            SELECT status INTO now_status FROM actions WHERE action_id = NEW.action_id;
+            SELECT to_status INTO newest FROM events WHERE action_id = NEW.action_id
+                ORDER BY id DESC LIMIT 1;
+            IF now_status IS DISTINCT FROM newest THEN
+                RAISE EXCEPTION 'settled: a status changes only with the event that records it'
+                    ' (action %: status %, newest event to %)', NEW.action_id, now_status,
+                    coalesce(newest, 'none');
+            END IF;
+            RETURN NULL;
+        END
+        $$
+        """,
+    """
+        CREATE FUNCTION settled_moved(OUT moved_to text, OUT moved_at text)
+        RETURNS SETOF record LANGUAGE sql STABLE SECURITY DEFINER SET search_path FROM CURRENT
+        AS $$
+            SELECT moved_to, to_char(moved_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+            FROM ledger_moved
+        $$
+        """,
+    """
+        CREATE FUNCTION settled_not_moved() RETURNS trigger LANGUAGE plpgsql AS $$
+        DECLARE
+            m record;
+        BEGIN
+            SELECT * INTO m FROM settled_moved();
+            IF FOUND THEN
+                RAISE EXCEPTION 'settled: this ledger moved to % at %', m.moved_to, m.moved_at;
+            END IF;
+            RETURN NULL;
+        END
+        $$
+        """,
+    # the triggers (TRIGGERS), fired in the order of their names
+    *(
+        f"CREATE TRIGGER {table}_no_{verb.lower()} BEFORE {verb} ON {table} FOR EACH"
+        f" {'STATEMENT' if verb == 'TRUNCATE' else 'ROW'}"
+        f" EXECUTE FUNCTION settled_refuse('{why}')"
+        for table, verb, why in (
+            ("events", "UPDATE", "events are append-only"),
+            ("events", "DELETE", "events are append-only"),
+            ("events", "TRUNCATE", "events are append-only"),
+            ("actions", "DELETE", "actions are never deleted"),
+            ("actions", "TRUNCATE", "actions are never deleted"),
+            ("callbacks", "DELETE", "callbacks are never deleted"),
+            ("callbacks", "TRUNCATE", "callbacks are never deleted"),
+        )
+    ),
+    "CREATE TRIGGER callbacks_as_received BEFORE UPDATE ON callbacks"
+    " FOR EACH ROW EXECUTE FUNCTION settled_callback_as_received()",
+    "CREATE CONSTRAINT TRIGGER actions_status_has_event AFTER UPDATE OF status ON actions"
+    " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW"
+    " WHEN (NEW.status IS DISTINCT FROM OLD.status)"
+    " EXECUTE FUNCTION settled_status_has_event()",
+    *(
+        f"CREATE TRIGGER {table}_not_moved BEFORE INSERT OR UPDATE ON {table}"
+        " FOR EACH STATEMENT EXECUTE FUNCTION settled_not_moved()"
+        for table in ("actions", "events", "callbacks")
+    ),
+)
+
 
 def inspect(cur: Cursor) -> tuple[int | None, list[str]]:
     """Steps applied to the current schema (None when it is not marked as a ledger),
@@ -359,10 +520,10 @@ def inspect(cur: Cursor) -> tuple[int | None, list[str]]:
 
 
 def migrate(conn: Any, where: str, on_step: Callable[[int, str], None] | None = None) -> int:
-    """Apply every step not yet applied to the current schema, under an advisory lock:
-    a new ledger whole in one transaction that also marks the schema, an existing one
-    a step a transaction. Returns the
-    number of steps applied here. ``where`` names the ledger in errors; ``on_step``
+    """Make a new ledger in the current schema, or apply every step an existing one
+    lacks, under an advisory lock: a new ledger whole in one transaction that also
+    marks the schema, an existing one a step a transaction. Returns the number of steps
+    applied here (a new ledger: all). ``where`` names the ledger in errors; ``on_step``
     hears each step's number and name once it is committed."""
     applied = 0
     number = 1
@@ -373,37 +534,34 @@ def migrate(conn: Any, where: str, on_step: Callable[[int, str], None] | None = 
                 "SELECT pg_advisory_xact_lock(hashtext('settled ledger ' || current_schema()))"
             )
             found, other = inspect(cur)
-            last = number
             if found is None:
                 if other:
                     raise LedgerError(
                         f"{where} holds other tables ({', '.join(other)}) and is not a "
                         "settled ledger; refusing to write to it (use an empty schema)"
                     )
-                cur.execute(
-                    f"CREATE TABLE {MARK} (only_row boolean PRIMARY KEY DEFAULT true"
-                    " CHECK (only_row), application text NOT NULL, version integer NOT NULL)"
-                )
-                cur.execute(
-                    "CREATE TABLE _migrations (name text PRIMARY KEY,"
-                    " applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
-                )
-                cur.execute(f"INSERT INTO {MARK} (application, version) VALUES ('settled', 0)")
-                found = 0
                 # A new ledger is made whole in one transaction, so no process ever sees
                 # it half built (a command that never migrates would refuse it as older).
-                last = len(MIGRATIONS)
-            for n in range(number, last + 1):
-                if found >= n:
-                    continue
-                name, step = MIGRATIONS[n - 1]
+                cur.execute(";\n".join(FRESH))
+                done = [(n, name) for n, (name, _) in enumerate(MIGRATIONS, 1)]
+                cur.execute(
+                    "INSERT INTO _migrations (name) SELECT unnest(%s::text[])",
+                    ([name for _, name in done],),
+                )
+                cur.execute(
+                    f"INSERT INTO {MARK} (application, version) VALUES ('settled', %s)",
+                    (len(done),),
+                )
+            elif found < number:
+                # An existing ledger moves a step a transaction, each announced.
+                name, step = MIGRATIONS[number - 1]
                 step(cur)
                 cur.execute("INSERT INTO _migrations (name) VALUES (%s)", (name,))
-                cur.execute(f"UPDATE {MARK} SET version = %s", (n,))
-                done.append((n, name))
+                cur.execute(f"UPDATE {MARK} SET version = %s", (number,))
+                done = [(number, name)]
         applied += len(done)
         if on_step is not None:
             for n, name in done:
                 on_step(n, name)
-        number = last + 1
+        number = done[-1][0] + 1 if done else number + 1
     return applied

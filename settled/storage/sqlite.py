@@ -9,8 +9,8 @@ machines we measured (≈5,000 against ≈18,500 claim+event transactions/s), wh
 still far above what any provider API accepts.
 
 The hot path (claim, moves, reads) is raw, guarded SQL through ``sqlite3``; the schema
-is created and migrated through sqlite-utils in ``sqlite_schema``, which is only
-imported when a ledger needs migrating.
+is in ``sqlite_schema`` (made new by one script, migrated by steps written with
+sqlite-utils), which is only imported when a ledger is new or needs migrating.
 
 Writers take the lock with ``BEGIN IMMEDIATE`` retried in the application after a
 short random sleep, bounded by ``busy_timeout`` seconds: fairer than SQLite's own busy
@@ -45,45 +45,37 @@ from ..errors import (
     LedgerOutdated,
     LedgerReadOnly,
 )
-from ..model import ActionRecord, Callback, Event, EventKind, PendingCallback
+from ..model import ActionRecord, EventKind
 from . import query, statements
 from .base import (
     CALLBACK_COLUMNS,
     COLUMNS,
     DUE_STATUSES,
-    CallbackFigures,
     Decide,
-    DueBatch,
-    Expire,
-    Figures,
     History,
-    Ledger,
     Move,
     SchemaMode,
-    Selection,
-    Stats,
-    Still,
     Sweep,
-    Taken,
-    callback_row,
     event_detail_text,
-    fold_stats,
-    from_row,
     missing_for_reads,
     moved_message,
-    pending_from_row,
     recorded_detail,
-    retry_pending_at,
-    same_action,
-    sort_due,
     to_row,
+)
+from .sql import (
+    Hold,
+    Row,
+    Run,
+    SqlLedger,
+    busy_timeout_from_env,
+    callbacks_of,
+    newer_message,
+    records_of,
 )
 
 APPLICATION_ID = 0x53544C44  # "STLD": marks a file as a settled ledger
 SCHEMA_VERSION = 8  # == sqlite_schema.LATEST (checked by a test)
-DEFAULT_BUSY_TIMEOUT = 10.0
 HAS_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)  # UPDATE … RETURNING
-_SELECT = statements.SELECT
 _ANCHOR = ("boot_id", "wall", "steady")
 DIALECT = query.Dialect(
     mark="?",
@@ -109,17 +101,6 @@ _BY_NAME = statements.named_records(WRITES)
 T = TypeVar("T")
 
 
-def _busy_timeout_from_env() -> float:
-    raw = os.environ.get("SETTLED_BUSY_TIMEOUT")
-    if not raw:
-        return DEFAULT_BUSY_TIMEOUT
-    try:
-        value = float(raw)
-    except ValueError:
-        raise LedgerError(f"SETTLED_BUSY_TIMEOUT={raw!r} is not a number of seconds") from None
-    return max(0.0, value)
-
-
 def _is_busy(exc: sqlite3.Error) -> bool:
     name = getattr(exc, "sqlite_errorname", "") or ""
     if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
@@ -128,9 +109,10 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and ("locked" in msg or "busy" in msg)
 
 
-class SqliteLedger(Ledger):
+class SqliteLedger(SqlLedger[sqlite3.Connection]):
     backend = "sqlite"
     latest_schema = SCHEMA_VERSION
+    DIALECT, READS, WRITES, BY_NAME = DIALECT, READS, WRITES, _BY_NAME
 
     def __init__(
         self,
@@ -161,7 +143,7 @@ class SqliteLedger(Ledger):
         is false: then a missing file is a ``LedgerError`` naming the path. ``mode``
         says what to do with an older schema (``Ledger.open``)."""
         path = os.fspath(path)
-        timeout = _busy_timeout_from_env() if busy_timeout is None else busy_timeout
+        timeout = busy_timeout_from_env() if busy_timeout is None else busy_timeout
         if path == ":memory:":
             conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
             ledger = cls(conn, path, timeout, probe)
@@ -229,7 +211,7 @@ class SqliteLedger(Ledger):
         c.execute("PRAGMA foreign_keys = ON")
         (version,) = self._read_one("PRAGMA user_version")
         if version > SCHEMA_VERSION:
-            raise LedgerError(_newer(self.path, version, SCHEMA_VERSION))
+            raise LedgerError(newer_message(self.path, version, SCHEMA_VERSION))
         if version < SCHEMA_VERSION and (new or mode is SchemaMode.MIGRATE):
             from . import sqlite_schema
 
@@ -243,7 +225,7 @@ class SqliteLedger(Ledger):
 
     def _unreadable(self) -> list[str]:
         """The columns settled reads that this (older) ledger's tables lack."""
-        rows = self._read_all(
+        rows = self._all(
             "SELECT m.name, p.name FROM sqlite_master m, pragma_table_info(m.name) p"
             " WHERE m.type = 'table'"
         )
@@ -258,28 +240,18 @@ class SqliteLedger(Ledger):
         with self._mapped("read the schema version"):
             return int(self._read_one("PRAGMA user_version")[0])
 
-    def pending_steps(self) -> list[tuple[int, str]]:
+    def _steps(self) -> Sequence[tuple[str, Any]]:
+        from . import sqlite_schema  # sqlite-utils: only for a ledger that is migrated
+
+        return sqlite_schema.MIGRATIONS
+
+    def _migrate(self, on_step: Callable[[int, str], None]) -> None:
         from . import sqlite_schema
-
-        now = self.schema_version()
-        return [(n, name) for n, (name, _) in enumerate(sqlite_schema.MIGRATIONS, 1) if n > now]
-
-    def migrate(self, announce: Callable[[int, str], None] | None = None) -> list[tuple[int, str]]:
-        from . import sqlite_schema
-
-        applied: list[tuple[int, str]] = []
-
-        def done(number: int, name: str) -> None:
-            applied.append((number, name))
-            if announce is not None:
-                announce(number, name)
 
         with self._mapped("migrate"):
             if self._read_one("PRAGMA journal_mode")[0] != "wal":
                 self._retry(lambda: self.conn.execute("PRAGMA journal_mode = WAL"))
-            sqlite_schema.migrate(self.conn, self._begin_immediate, APPLICATION_ID, on_step=done)
-        self.schema = self.schema_version()
-        return applied
+            sqlite_schema.migrate(self.conn, self._begin_immediate, APPLICATION_ID, on_step=on_step)
 
     def backup(self, target: str) -> None:
         """``VACUUM INTO`` a new file, made 0600 first (it holds every action's params):
@@ -352,8 +324,9 @@ class SqliteLedger(Ledger):
         self._retry(lambda: self.conn.execute("BEGIN IMMEDIATE"))
 
     @contextmanager
-    def _write(self, doing: str) -> Iterator[sqlite3.Connection]:
-        """One write transaction: BEGIN IMMEDIATE … COMMIT, or ROLLBACK on error."""
+    def _write(self, doing: str, *, one: bool = False) -> Iterator[sqlite3.Connection]:
+        """One write transaction: BEGIN IMMEDIATE … COMMIT, or ROLLBACK on error. ``one``
+        changes nothing here: one statement or many, the commit is the one fsync."""
         with self._mapped(doing):
             self._begin_immediate()
             try:
@@ -372,87 +345,43 @@ class SqliteLedger(Ledger):
     def _read_one(self, sql: str, args: Sequence[Any] = ()) -> Any:
         return self._retry(lambda: self.conn.execute(sql, args).fetchone())
 
-    def _read_all(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+    # ------------------------------------------------------------ primitives (``sql``)
+    def _all(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._mapped("read"):
-            rows: list[Any] = self._retry(lambda: self.conn.execute(sql, args).fetchall())
+            rows: list[tuple[Any, ...]] = self._retry(
+                lambda: self.conn.execute(sql, args).fetchall()
+            )
         return rows
 
-    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[ActionRecord]:
-        def run() -> list[ActionRecord]:
-            cur = self.conn.execute(sql, args)
-            names = [d[0] for d in cur.description]
-            return [from_row(dict(zip(names, r, strict=True))) for r in cur.fetchall()]
+    def _snapshot(self, doing: str, read: Callable[[Run], T]) -> T:
+        def run() -> T:
+            c = self.conn
+            c.execute("BEGIN")  # one snapshot for every statement (a read transaction)
+            try:
+                return read(lambda sql, args: self._fetch(c, sql, args))
+            finally:
+                if c.in_transaction:
+                    c.execute("COMMIT")
 
-        with self._mapped("read"):
+        with self._mapped(doing):
             return self._retry(run)
+
+    def _fetch(self, h: sqlite3.Connection, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        return h.execute(sql, args).fetchall()
+
+    def _execute(self, h: sqlite3.Connection, sql: str, args: Sequence[Any] = ()) -> int:
+        return h.execute(sql, args).rowcount
+
+    def _execute_each(self, h: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        h.executemany(sql, rows)
+
+    def _worth_matching(self, rec: ActionRecord) -> bool:
+        # A read first, without the write lock: a callback is kept in ONE write transaction
+        # that reads the record and inserts, so after our outcome's commit it is either
+        # committed (seen here) or not begun (it will see the outcome itself).
+        return bool(self.pending_callbacks(rec))
 
     # ------------------------------------------------------------ reads
-    def find(self, action_id: str) -> ActionRecord | None:
-        found = self._rows(READS.find, (action_id,))
-        return found[0] if found else None
-
-    def events(self, action_id: str) -> list[Event]:
-        return [statements.event_from_row(r) for r in self._read_all(READS.events, (action_id,))]
-
-    def records(self, selection: Selection | None = None) -> list[ActionRecord]:
-        sel = selection or Selection()
-        w = query.where(sel, DIALECT)
-        cut, more = query.limit(sel, DIALECT)
-        return self._rows(f"{_SELECT}{w.sql}{query.order_by(sel, DIALECT)}{cut}", w.args + more)
-
-    def count(self, selection: Selection | None = None) -> int:
-        w = query.where(selection or Selection(), DIALECT)
-        with self._mapped("read"):
-            return int(self._read_one(f"SELECT count(*) FROM actions{w.sql}", w.args)[0])
-
-    def stats(
-        self, selection: Selection | None = None, *, now: str, by: str | None = None
-    ) -> Stats:
-        statements = query.stats_statements(selection or Selection(), DIALECT, now, by)
-
-        def run() -> Stats:
-            c = self.conn
-            c.execute("BEGIN")  # one snapshot for every figure (a read transaction)
-            try:
-                rows = {k: c.execute(sql, args).fetchall() for k, (sql, args) in statements.items()}
-            finally:
-                if c.in_transaction:
-                    c.execute("COMMIT")
-            return fold_stats(rows["totals"][0], rows["cells"], rows["ages"], rows.get("ages_by"))
-
-        with self._mapped("read the figures"):
-            return self._retry(run)
-
-    def ids(self, prefix: str = "", limit: int = 200) -> list[str]:
-        return [str(r[0]) for r in self._read_all(READS.ids, statements.ids_args(prefix, limit))]
-
-    def names(self) -> list[tuple[str, str]]:
-        return [(r[0], r[1]) for r in self._read_all(READS.names)]
-
-    def status_counts(self) -> dict[tuple[str, str], int]:
-        return {(r[0], r[1]): int(r[2]) for r in self._read_all(READS.status_counts)}
-
-    def check_failures(self) -> dict[str, int]:
-        return {r[0]: int(r[1]) for r in self._read_all(READS.check_failures)}
-
-    def rivals(self, rec: ActionRecord, limit: int = 5) -> list[str]:
-        return [r[0] for r in self._read_all(READS.rivals, statements.rivals_args(rec, limit))]
-
-    def figures(self) -> dict[tuple[str, str], Figures]:
-        from . import audit_sql
-
-        def run() -> dict[tuple[str, str], Figures]:
-            c = self.conn
-            c.execute("BEGIN")  # one snapshot for every figure (a read transaction)
-            try:
-                return audit_sql.figures(lambda sql, args: c.execute(sql, args).fetchall(), DIALECT)
-            finally:
-                if c.in_transaction:
-                    c.execute("COMMIT")
-
-        with self._mapped("read"):
-            return self._retry(run)
-
     def integrity_check(self) -> str:
         with self._mapped("read"):
             found = str(self._read_one("PRAGMA integrity_check")[0])
@@ -476,18 +405,17 @@ class SqliteLedger(Ledger):
             yield from (tuple(r) for r in chunk)
 
     @contextmanager
-    def still(self) -> Iterator[Still]:
-        with self._write("hold the ledger still") as c:
-            yield _SqliteStill(self, c)
-
-    def verify(self, on_record: Callable[[int], None] | None = None) -> Any:
-        """``Ledger.verify`` from one snapshot: a read transaction around every read."""
-        from . import truth
-
-        with self._mapped("verify the ledger"):
+    def _holding(self, doing: str, how: Hold) -> Iterator[sqlite3.Connection]:
+        # SQLite: any write transaction holds the ledger still (the write lock is the
+        # file's); a read one is BEGIN … COMMIT, its snapshot taken by the first read
+        if how != "read":
+            with self._write(doing) as c:
+                yield c
+            return
+        with self._mapped(doing):
             self._retry(lambda: self.conn.execute("BEGIN"))
             try:
-                return truth.verify(self, on_record)
+                yield self.conn
             finally:
                 if self.conn.in_transaction:
                     self.conn.execute("COMMIT")
@@ -506,6 +434,11 @@ class SqliteLedger(Ledger):
                 raise
         return (str(row[0][0]), str(row[0][1])) if row else None
 
+    def _mark_moved(self, h: sqlite3.Connection, to: str, at: str) -> None:
+        h.execute(
+            "INSERT INTO ledger_moved (only_row, moved_to, moved_at) VALUES (1, ?, ?)", (to, at)
+        )
+
     def clock(self, *, anchor: bool = True) -> Clock:
         """The host's steady ledger clock (see ``settled.clock``): this boot's anchor,
         taken by the first process that needed it, read by all the others."""
@@ -514,7 +447,7 @@ class SqliteLedger(Ledger):
             if bid is None or self.path == ":memory:":
                 self._clock = Clock()
                 return self._clock
-            row = self._read_all("SELECT wall, steady FROM clock_anchors WHERE boot_id = ?", (bid,))
+            row = self._all("SELECT wall, steady FROM clock_anchors WHERE boot_id = ?", (bid,))
             if not row and not anchor:
                 return Clock()  # nothing anchored on this boot yet: no step to correct
             if not row:
@@ -534,296 +467,100 @@ class SqliteLedger(Ledger):
         return self._clock
 
     # ------------------------------------------------------------ writes
-    def record(self, rec: ActionRecord, *, actor: str) -> tuple[ActionRecord, bool]:
-        with self._write("record") as c:
-            existing = self._insert(c, rec, actor)
-        if existing is not None:
-            return existing, False
-        return rec, True
+    def _due(self, h: sqlite3.Connection, cutoff: str, size: int) -> list[ActionRecord]:
+        # "+status": filter on status, never search by it. Without statistics SQLite
+        # may otherwise pick the status index, read every row waiting for
+        # verification and sort them, once per batch (≈ 150 ms at 100k due rows).
+        return records_of(h.execute(_DUE, (cutoff, *map(str, DUE_STATUSES), size)).fetchall())
 
-    def record_and_claim(
-        self, rec: ActionRecord, *, actor: str, claim: Move
-    ) -> tuple[ActionRecord, bool]:
-        with self._write("record and claim") as c:
-            existing = self._insert(c, rec, actor)  # Conflict: rolled back
-            if existing is not None:
-                return existing, False
-            row = self._apply(c, claim, everything=True)
-            assert row is not None  # inserted PENDING in this very transaction
-        return from_row(row), True
-
-    def record_and_claim_many(
-        self, pairs: Sequence[tuple[ActionRecord, Move]], *, actor: str
-    ) -> list[tuple[ActionRecord, bool]]:
-        out: list[tuple[ActionRecord, bool]] = []
-        if not pairs:
-            return out
-        with self._write("record and claim a group") as c:
-            for rec, claim in pairs:
-                existing = self._insert(c, rec, actor, same=False)
-                if existing is not None:
-                    out.append((existing, False))
-                    continue
-                row = self._apply(c, claim, everything=True)
-                assert row is not None  # inserted PENDING in this very transaction
-                out.append((from_row(row), True))
-        return out
-
-    def move(self, move: Move) -> ActionRecord | None:
-        with self._write(f"record {move.kind or 'a schedule'}") as c:
-            row = self._apply(c, move, everything=True)
-        return from_row(row) if row is not None else None
-
-    def commit(self, moves: Sequence[Move]) -> list[bool]:
-        if not moves:
-            return []
-        with self._write("commit results") as c:
-            return [self._apply(c, m, everything=False) is not None for m in moves]
-
-    def claim_retries(self, pairs: Sequence[tuple[Move, Move]]) -> list[ActionRecord | None]:
-        out: list[ActionRecord | None] = []
-        if not pairs:
-            return out
-        with self._write("reopen and claim a group") as c:
-            for reopen, claim in pairs:
-                if self._apply(c, reopen, everything=False) is None:
-                    out.append(None)
-                    continue
-                row = self._apply(c, claim, everything=True)
-                assert row is not None  # reopened PENDING in this very transaction
-                out.append(from_row(row))
-        return out
-
-    def lease_due(
-        self,
-        *,
-        now: datetime,
-        cutoff: str,
-        size: int,
-        owner: str,
-        until: str,
-        expire: Expire,
-        pending: Sequence[Move] = (),
-    ) -> DueBatch:
-        batch = DueBatch()
-        marks = ", ".join("?" * len(DUE_STATUSES))
-        with self._write("lease a due batch") as c:
-            batch.committed = [self._apply(c, m, everything=False) is not None for m in pending]
-            # "+status": filter on status, never search by it. Without statistics SQLite
-            # may otherwise pick the status index, read every row waiting for
-            # verification and sort them, once per batch (≈ 150 ms at 100k due rows).
-            cur = c.execute(
-                f"{_SELECT} WHERE next_check_at IS NOT NULL AND next_check_at <= ?"
-                f" AND +status IN ({marks}) ORDER BY next_check_at LIMIT ?",
-                (cutoff, *map(str, DUE_STATUSES), size),
-            )
-            names = [d[0] for d in cur.description]
-            rows = [from_row(dict(zip(names, r, strict=True))) for r in cur.fetchall()]
-            batch.selected = len(rows)
-            running, lapsed, batch.leased = sort_due(rows, now, owner)
-            c.executemany(
-                "UPDATE actions SET next_check_at = ? WHERE action_id = ?",
-                [(rec.lease_expires_at, rec.action_id) for rec in running],
-            )
-            for rec in lapsed:
-                m = expire(rec)
-                if self._apply(c, m, everything=False) is not None:
-                    batch.expired.append((rec, m))
-            c.executemany(  # one statement for the batch's leases
-                "UPDATE actions SET lease_owner = ?, next_check_at = ? WHERE action_id = ?",
-                [(owner, until, rec.action_id) for rec in batch.leased],
-            )
-        return batch
-
-    def lease_one(self, rec: ActionRecord, *, owner: str, until: str, now: str) -> bool:
-        with self._write("lease a record") as c:
-            cur = c.execute(WRITES.lease_one, (owner, until, rec.action_id, str(rec.status), now))
-            return cur.rowcount == 1
+    def _lease(
+        self, h: sqlite3.Connection, leased: Sequence[ActionRecord], owner: str, until: str
+    ) -> None:
+        h.executemany(  # one statement for the batch's leases
+            "UPDATE actions SET lease_owner = ?, next_check_at = ? WHERE action_id = ?",
+            [(owner, until, rec.action_id) for rec in leased],
+        )
 
     def hand_back(self, leased: Sequence[ActionRecord], *, owner: str) -> None:
         if not leased:
             return
         with self._write("hand back a batch") as c:
-            c.executemany(
+            c.executemany(  # SQLite: one statement, run for each record
                 "UPDATE actions SET lease_owner = NULL, next_check_at = ?"
                 " WHERE action_id = ? AND lease_owner = ?",
                 [(rec.next_check_at, rec.action_id, owner) for rec in leased],
             )
 
     # ------------------------------------------------------------ callbacks
-    def take_callback(
-        self, cb: Callback, decide: Decide, *, now: datetime
-    ) -> tuple[Taken, Move | None]:
-        row = callback_row(cb)
-        row["next_check_at"] = retry_pending_at(now, 0)
-        with self._write("record a callback") as c:
-            cur = c.execute(
-                statements.insert("callbacks", list(row), "provider, event_id", DIALECT),
-                list(row.values()),
-            )
-            if cur.rowcount != 1:
-                return Taken.DUPLICATE, None
-            return self._settle_callback(c, PendingCallback(cb), decide, now)
-
-    def match_callbacks(self, rec: ActionRecord, decide: Decide, *, now: datetime) -> list[Move]:
-        moves: list[Move] = []
-        # A read first, without the write lock: a callback is kept in ONE write transaction
-        # that reads the record and inserts, so after our outcome's commit it is either
-        # committed (seen here) or not begun (it will see the outcome itself).
-        if not self.pending_callbacks(rec):
-            return moves
-        with self._write("match callbacks") as c:
-            for pending in self._pending_for(c, rec):
-                _, move = self._settle_callback(c, pending, decide, now)
-                if move is not None:
-                    moves.append(move)
-        return moves
-
     def sweep_callbacks(self, decide: Decide, *, now: datetime, size: int) -> Sweep:
+        # SQLite: the whole batch in ONE write transaction (the write lock is the
+        # file's), and a pass with nothing due takes no write lock at all.
         sweep = Sweep()
         at = to_text(now)
-        due = self._read_all(
+        due = self._all(
             "SELECT 1 FROM callbacks WHERE state = 'pending' AND next_check_at <= ? LIMIT 1", (at,)
         )
-        if not due:  # a pass with nothing kept takes no write lock
+        if not due:
             return sweep
         with self._write("match pending callbacks") as c:
-            cur = c.execute(
+            rows = c.execute(
                 f"SELECT {_CB_COLS} FROM callbacks WHERE state = 'pending' AND next_check_at <= ?"
                 " ORDER BY next_check_at LIMIT ?",
                 (at, size),
-            )
-            rows = _dicts(cur)
-            for row in rows:
-                sweep.examined += 1
-                pending = pending_from_row(row)
-                key = (pending.callback.provider, pending.callback.event_id)
-                if pending.callback.expires_at <= at:
-                    c.execute(WRITES.callback_expired, key)
-                    sweep.expired += 1
-                    continue
-                _, move = self._settle_callback(c, pending, decide, now)
-                if move is not None:
-                    sweep.matched.append((pending, move))
-                else:
-                    c.execute(
-                        WRITES.callback_retry, (retry_pending_at(now, pending.tries + 1), *key)
-                    )
+            ).fetchall()
+            for pending in callbacks_of(rows):
+                self._sweep_one(c, pending, decide, now, at, sweep)
         return sweep
 
-    def callback_figures(self) -> dict[str, CallbackFigures]:
-        return statements.callback_figures(self._read_all(READS.callback_figures))
-
-    def pending_callbacks(self, rec: ActionRecord) -> int:
-        args = statements.pending_args(rec)
-        with self._mapped("read"):
-            return int(self._read_one(READS.pending_count, args)[0])
-
-    def _pending_for(self, c: sqlite3.Connection, rec: ActionRecord) -> list[PendingCallback]:
-        cur = c.execute(READS.pending_for, statements.pending_args(rec))
-        return [pending_from_row(r) for r in _dicts(cur)]
-
-    def _settle_callback(
-        self, c: sqlite3.Connection, pending: PendingCallback, decide: Decide, now: datetime
-    ) -> tuple[Taken, Move | None]:
-        """Apply one kept callback to the record it names, inside the caller's
-        transaction, or leave it pending (bound to its record while that is in flight)."""
-        cb = pending.callback
-        key = (cb.provider, cb.event_id)
-        if pending.action_id is not None:
-            cur = c.execute(WRITES.bound_record, (pending.action_id,))
-        else:
-            cur = c.execute(_BY_NAME[cb.names], (cb.provider, cb.key))
-        found = [from_row(r) for r in _dicts(cur)]
-        if len(found) != 1:
-            return (Taken.AMBIGUOUS if found else Taken.PENDING), None
-        rec = found[0]
-        move = decide(pending, rec, now)
-        if move is None or self._apply(c, move, everything=False) is None:
-            c.execute(WRITES.callback_bound, (rec.action_id, pending.attempt or rec.attempt, *key))
-            return Taken.PENDING, None
-        c.execute(
-            WRITES.callback_matched,
-            (
-                rec.action_id,
-                rec.attempt if pending.attempt is None else pending.attempt,
-                to_text(now),
-                *key,
-            ),
-        )
-        return Taken.MATCHED, move
-
     # ------------------------------------------------------------ copying
-    def export(self, *, after: str | None = None, limit: int = 500) -> list[History]:
-        with self._mapped("read"):
-            records = self._rows(READS.page, (after or "", limit))
-            if not records:
-                return []
-            rows = self._read_all(READS.page_events, (records[0].action_id, records[-1].action_id))
-        return statements.pages(records, rows)
-
-    def restore(
-        self,
-        history: Iterable[History],
-        *,
-        callbacks: Iterable[Sequence[Any]] = (),
-        check: Callable[[Any], None] | None = None,
-    ) -> int:
-        from .truth import CALLBACK_TABLE_COLUMNS
-
+    def _copy_in(self, h: sqlite3.Connection, history: Iterable[History]) -> int:
+        # SQLite: row by row (the no-replace trigger refuses a taken id without an
+        # error: ``changes()`` tells), each record's events in one executemany
         n = 0
         names = ", ".join(COLUMNS)
         marks = ", ".join("?" * len(COLUMNS))
-        with self._write("restore a copied ledger") as c:
-            for rec, events in history:
-                row = to_row(rec)
-                c.execute(f"INSERT INTO actions ({names}) VALUES ({marks})", list(row.values()))
-                if c.execute("SELECT changes()").fetchone()[0] != 1:  # the no-replace trigger
-                    raise LedgerError(f"{self.path} already holds action {rec.action_id}")
-                c.executemany(
-                    "INSERT INTO events (id, action_id, at, actor, kind, from_status, to_status,"
-                    " attempt, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        (
-                            e.id,
-                            e.action_id,
-                            e.at,
-                            e.actor,
-                            e.kind,
-                            e.from_status,
-                            e.to_status,
-                            e.attempt,
-                            event_detail_text(e.detail),
-                        )
-                        for e in events
-                    ],
-                )
-                n += 1
-            c.executemany(
-                f"INSERT INTO callbacks ({', '.join(CALLBACK_TABLE_COLUMNS)})"
-                f" VALUES ({', '.join('?' * len(CALLBACK_TABLE_COLUMNS))})",
-                [tuple(r) for r in callbacks],
+        for rec, events in history:
+            row = to_row(rec)
+            h.execute(f"INSERT INTO actions ({names}) VALUES ({marks})", list(row.values()))
+            if h.execute("SELECT changes()").fetchone()[0] != 1:  # the no-replace trigger
+                raise LedgerError(f"{self.path} already holds action {rec.action_id}")
+            h.executemany(
+                "INSERT INTO events (id, action_id, at, actor, kind, from_status, to_status,"
+                " attempt, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        e.id,
+                        e.action_id,
+                        e.at,
+                        e.actor,
+                        e.kind,
+                        e.from_status,
+                        e.to_status,
+                        e.attempt,
+                        event_detail_text(e.detail),
+                    )
+                    for e in events
+                ],
             )
-            if check is not None:
-                check(self)
+            n += 1
         return n
 
+    def _copy_callbacks(self, h: sqlite3.Connection, rows: Iterable[Sequence[Any]]) -> None:
+        from .truth import CALLBACK_TABLE_COLUMNS
+
+        h.executemany(
+            f"INSERT INTO callbacks ({', '.join(CALLBACK_TABLE_COLUMNS)})"
+            f" VALUES ({', '.join('?' * len(CALLBACK_TABLE_COLUMNS))})",
+            [tuple(r) for r in rows],
+        )
+
     # ------------------------------------------------------------ inside a transaction
-    def _insert(
-        self, c: sqlite3.Connection, rec: ActionRecord, actor: str, *, same: bool = True
-    ) -> ActionRecord | None:
-        """The new PENDING row and its ``recorded`` event. Returns None when it
-        inserted, else the record already under that id (``Conflict`` when it is
-        another action, unless ``same`` is false: the caller compares)."""
-        cur = c.execute(_INSERT, list(to_row(rec).values()))
-        if cur.rowcount != 1:
-            found = self.find(rec.action_id)
-            assert found is not None
-            if same:
-                same_action(found, rec)
-            return found
+    def _insert_row(self, h: sqlite3.Connection, rec: ActionRecord, actor: str) -> bool:
+        """The new PENDING row, then its ``recorded`` event (unless the id is taken)."""
+        if h.execute(_INSERT, list(to_row(rec).values())).rowcount != 1:
+            return False
         self._event(
-            c,
+            h,
             rec.action_id,
             rec.created_at,
             actor,
@@ -833,7 +570,7 @@ class SqliteLedger(Ledger):
             rec.attempt,
             recorded_detail(rec),
         )
-        return None
+        return True
 
     def _apply(self, c: sqlite3.Connection, m: Move, *, everything: bool) -> dict[str, Any] | None:
         """One guarded move inside the caller's transaction; the row (all columns when
@@ -905,46 +642,10 @@ class SqliteLedger(Ledger):
 
 _CB_COLS = ", ".join(CALLBACK_COLUMNS)
 _INSERT = statements.insert("actions", COLUMNS, "action_id", DIALECT)
-
-
-class _SqliteStill(Still):
-    """The SQLite ledger inside its held write transaction (``BEGIN IMMEDIATE``)."""
-
-    def __init__(self, ledger: SqliteLedger, conn: sqlite3.Connection) -> None:
-        self.ledger, self.conn, self.location = ledger, conn, ledger.path
-
-    def rows(self, table: str, order: str = "") -> Iterator[tuple[Any, ...]]:
-        return self.ledger.rows(table, order)
-
-    def live_leases(self, now: str) -> int:
-        return int(
-            self.conn.execute(
-                "SELECT count(*) FROM actions WHERE status = 'IN_FLIGHT'"
-                " AND (lease_expires_at IS NULL OR lease_expires_at > ?)",
-                (now,),
-            ).fetchone()[0]
-        )
-
-    def mark_moved(self, to: str, at: str) -> None:
-        self.conn.execute(
-            "INSERT INTO ledger_moved (only_row, moved_to, moved_at) VALUES (1, ?, ?)", (to, at)
-        )
-
-
-def _dicts(cur: sqlite3.Cursor) -> list[dict[str, Any]]:
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-
-
-def _newer(where: str, found: int, latest: int) -> str:
-    """The refusal of a ledger a newer settled migrated: what this one is, and writes."""
-    from .. import __version__
-
-    return (
-        f"{where} was written by a newer settled (schema {found}; settled {__version__} "
-        f"writes schema {latest}): upgrade settled (`settled --version` on the newer one "
-        "names its schema)"
-    )
+_DUE = (
+    f"{statements.SELECT} WHERE next_check_at IS NOT NULL AND next_check_at <= ?"
+    f" AND +status IN ({', '.join('?' * len(DUE_STATUSES))}) ORDER BY next_check_at LIMIT ?"
+)
 
 
 def _prepare_file(path: str, create: bool) -> bool:

@@ -1,19 +1,151 @@
-"""The SQLite ledger's schema migrations: named steps, applied once each, in order, each in its own
-transaction. Never edit a step that has shipped; add a new one.
+"""The SQLite ledger's schema: the current one, which a new ledger is made with, and the
+migrations that bring an older ledger to it.
+
+A new ledger is made by ``FRESH``, one script of the current schema (the actions
+table's ``CREATE`` generated from ``columns``), run in one transaction that also
+writes every step's name, the version and the mark. The migrations are named steps,
+applied once each, in order, each in its own transaction, to a ledger made by an
+earlier settled. Never edit a step that has shipped; add a new one, and change
+``FRESH`` (or the record's field) to match: the suite checks that a ledger made new
+and one migrated from an empty one have the same schema.
 
 ``PRAGMA user_version`` holds the number of steps applied, so an up-to-date ledger is
-recognised with one cheap read and this module (and sqlite-utils) is only imported
-when something needs migrating.
+recognised with one cheap read and this module is only imported when a ledger is new
+or needs migrating; sqlite-utils, which the steps are written with, only when one
+needs migrating.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import sqlite_utils
+from . import columns
 
-Step = Callable[[sqlite_utils.Database], None]
+if TYPE_CHECKING:
+    import sqlite_utils
+
+Step = Callable[["sqlite_utils.Database"], None]
+
+# SQLite's types: integers for numbers and flags, text for the rest. Its schema has
+# never held an enum to its values (a CHECK cannot be added without rebuilding the
+# table), and its text compares byte for byte already.
+TYPES = columns.Types({"integer": "INTEGER", "boolean": "INTEGER"}, "TEXT")
+
+
+def _refuse(name: str, verb: str, table: str, why: str, when: str = "") -> str:
+    when = f"WHEN {when} " if when else ""
+    return (
+        f"CREATE TRIGGER {name} BEFORE {verb} ON {table} {when}"
+        f"BEGIN SELECT RAISE(ABORT, 'settled: {why}'); END"
+    )
+
+
+_MOVED = "EXISTS (SELECT 1 FROM ledger_moved)"
+
+# The current schema, statement by statement (one script, in one transaction:
+# ``executescript`` would commit). Why each part is there is told by the step that
+# added it, below. The triggers of a table are created in the order the steps made
+# them: SQLite fires a table's triggers by their order of creation.
+FRESH: tuple[str, ...] = (
+    columns.create_table(TYPES),
+    """
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY,
+        action_id TEXT NOT NULL REFERENCES actions(action_id),
+        at TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        from_status TEXT,
+        to_status TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        detail TEXT NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE callbacks (
+        provider TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        scheme TEXT NOT NULL,
+        names TEXT NOT NULL,
+        key TEXT NOT NULL,
+        status TEXT NOT NULL,
+        reported TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        item INTEGER,
+        received_at TEXT NOT NULL,
+        expires_at TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('pending', 'matched', 'expired')),
+        action_id TEXT,
+        attempt INTEGER,
+        matched_at TEXT,
+        next_check_at TEXT,
+        tries INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (provider, event_id)
+    )
+    """,
+    "CREATE TABLE clock_anchors (boot_id TEXT PRIMARY KEY, wall TEXT NOT NULL,"
+    " steady REAL NOT NULL)",
+    "CREATE TABLE ledger_moved (only_row INTEGER PRIMARY KEY CHECK (only_row = 1),"
+    " moved_to TEXT NOT NULL, moved_at TEXT NOT NULL)",
+    "CREATE TABLE _migrations (name TEXT PRIMARY KEY, applied_at TEXT)",
+    # the indexes
+    "CREATE INDEX actions_due ON actions(next_check_at) WHERE next_check_at IS NOT NULL",
+    "CREATE INDEX actions_status ON actions(status, created_at)",
+    "CREATE INDEX actions_same_change ON actions(provider, operation, params_hash)",
+    "CREATE INDEX actions_object ON actions(provider, provider_object_id)"
+    " WHERE provider_object_id IS NOT NULL",
+    "CREATE INDEX actions_key ON actions(provider, reconciliation_key)"
+    " WHERE reconciliation_key IS NOT NULL",
+    "CREATE INDEX actions_check_error ON actions(provider) WHERE check_error IS NOT NULL",
+    "CREATE INDEX events_action ON events(action_id, id)",
+    "CREATE INDEX callbacks_due ON callbacks(next_check_at) WHERE state = 'pending'",
+    "CREATE INDEX callbacks_named ON callbacks(provider, key) WHERE state = 'pending'",
+    "CREATE INDEX callbacks_bound ON callbacks(action_id) WHERE state = 'pending'",
+    # actions: never deleted, never replaced, a status only with its event, not moved
+    _refuse("actions_no_delete", "DELETE", "actions", "actions are never deleted"),
+    "CREATE TRIGGER actions_no_replace BEFORE INSERT ON actions "
+    "WHEN EXISTS (SELECT 1 FROM actions WHERE action_id = NEW.action_id) "
+    "BEGIN SELECT RAISE(IGNORE); END",
+    "CREATE TRIGGER actions_status_has_event BEFORE UPDATE OF status ON actions "
+    "WHEN NEW.status IS NOT OLD.status AND NOT EXISTS (SELECT 1 FROM events"
+    " WHERE id = (SELECT max(id) FROM events WHERE action_id = NEW.action_id)"
+    " AND to_status = NEW.status AND from_status IS OLD.status) "
+    "BEGIN SELECT RAISE(ABORT, 'settled: a status changes only with the event that"
+    " records it'); END",
+    _refuse("actions_not_moved_insert", "INSERT", "actions", "this ledger moved", _MOVED),
+    _refuse("actions_not_moved_update", "UPDATE", "actions", "this ledger moved", _MOVED),
+    # events: append-only, not moved
+    _refuse("events_no_update", "UPDATE", "events", "events are append-only"),
+    _refuse("events_no_delete", "DELETE", "events", "events are append-only"),
+    _refuse(
+        "events_no_replace",
+        "INSERT",
+        "events",
+        "events are append-only",
+        "EXISTS (SELECT 1 FROM events WHERE id = NEW.id)",
+    ),
+    _refuse("events_not_moved_insert", "INSERT", "events", "this ledger moved", _MOVED),
+    # callbacks: never deleted, never replaced, kept as received, not moved
+    _refuse("callbacks_no_delete", "DELETE", "callbacks", "callbacks are never deleted"),
+    "CREATE TRIGGER callbacks_no_replace BEFORE INSERT ON callbacks "
+    "WHEN EXISTS (SELECT 1 FROM callbacks WHERE provider = NEW.provider"
+    " AND event_id = NEW.event_id) BEGIN SELECT RAISE(IGNORE); END",
+    _refuse(
+        "callbacks_as_received",
+        "UPDATE",
+        "callbacks",
+        "a callback is kept as it was received",
+        "NEW.provider IS NOT OLD.provider OR NEW.event_id IS NOT OLD.event_id"
+        " OR NEW.scheme IS NOT OLD.scheme OR NEW.names IS NOT OLD.names"
+        " OR NEW.key IS NOT OLD.key OR NEW.status IS NOT OLD.status"
+        " OR NEW.reported IS NOT OLD.reported OR NEW.digest IS NOT OLD.digest"
+        " OR NEW.received_at IS NOT OLD.received_at OR OLD.state <> 'pending'",
+    ),
+    _refuse("callbacks_not_moved_insert", "INSERT", "callbacks", "this ledger moved", _MOVED),
+    _refuse("callbacks_not_moved_update", "UPDATE", "callbacks", "this ledger moved", _MOVED),
+)
 
 
 def _m001_initial(db: sqlite_utils.Database) -> None:
@@ -271,14 +403,15 @@ def migrate(
     application_id: int,
     on_step: Callable[[int, str], None] | None = None,
 ) -> int:
-    """Apply every step not yet applied. ``begin`` opens a write transaction (the
-    ledger's fair ``BEGIN IMMEDIATE``); ``on_step`` hears each step's number and name
-    once it is committed. Safe when several processes open a new ledger at once: a new
-    ledger gets every step in one transaction, which also marks the file as a ledger
-    (``application_id``), so no other process sees tables in a file not yet marked as
-    a ledger, nor a ledger half built; an existing one re-reads the version inside
-    each step's own transaction."""
-    db = sqlite_utils.Database(conn)
+    """Make a new ledger, or apply every step an existing one lacks. ``begin`` opens a
+    write transaction (the ledger's fair ``BEGIN IMMEDIATE``); ``on_step`` hears each
+    step's number and name once it is committed. Safe when several processes open a
+    new ledger at once: a new ledger is made whole by ``FRESH`` in one transaction,
+    which also marks the file as a ledger (``application_id``) and records every step
+    as applied, so no other process sees tables in a file not yet marked as a ledger,
+    nor a ledger half built; the version is re-read inside each transaction, so a
+    process that lost the race to make it applies nothing."""
+    db: sqlite_utils.Database | None = None
     applied = 0
     number = 1
     while number <= len(MIGRATIONS):
@@ -286,25 +419,30 @@ def migrate(
         begin()
         try:
             (version,) = conn.execute("PRAGMA user_version").fetchone()
-            # A new ledger is made whole in one transaction, so no process ever sees it
-            # half built (a command that never migrates would refuse it as older);
-            # an existing one moves a step a transaction, each announced.
-            last = len(MIGRATIONS) if version == 0 else number
-            for n in range(number, last + 1):
-                if version >= n:
-                    continue
-                name, step = MIGRATIONS[n - 1]
+            if version == 0:
+                # A new ledger is made whole in one transaction, so no process ever sees
+                # it half built (a command that never migrates would refuse it as older).
+                for statement in FRESH:
+                    conn.execute(statement)
+                done = [(n, name) for n, (name, _) in enumerate(MIGRATIONS, 1)]
+            elif version < number:
+                # An existing ledger moves a step a transaction, each announced.
+                if db is None:
+                    import sqlite_utils
+
+                    db = sqlite_utils.Database(conn)
+                name, step = MIGRATIONS[number - 1]
                 step(db)
                 conn.execute(
                     "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT)"
                 )
-                conn.execute(
-                    "INSERT INTO _migrations VALUES (?, strftime('%Y-%m-%dT%H:%M:%fZ','now'))",
-                    (name,),
-                )
-                conn.execute(f"PRAGMA user_version = {n}")
-                done.append((n, name))
+                done = [(number, name)]
             if done:
+                conn.executemany(
+                    "INSERT INTO _migrations VALUES (?, strftime('%Y-%m-%dT%H:%M:%fZ','now'))",
+                    [(name,) for _, name in done],
+                )
+                conn.execute(f"PRAGMA user_version = {done[-1][0]}")
                 conn.execute(f"PRAGMA application_id = {int(application_id)}")
                 conn.execute("COMMIT")
             else:
@@ -317,5 +455,5 @@ def migrate(
         if on_step is not None:
             for n, name in done:
                 on_step(n, name)
-        number = last + 1
+        number = done[-1][0] + 1 if done else number + 1
     return applied

@@ -82,6 +82,11 @@ class Reads:
         "SELECT provider, state, count(*), min(received_at) FROM callbacks GROUP BY 1, 2"
     )
     pending_count: str = f"SELECT count(*) FROM callbacks WHERE {_NAMING}"
+    # dispatch leases that have not run out at a time: a copy waits for them
+    live_leases: str = (
+        "SELECT count(*) FROM actions WHERE status = 'IN_FLIGHT'"
+        " AND (lease_expires_at IS NULL OR lease_expires_at > {time})"
+    )
     pending_for: str = f"{_CALLBACKS} WHERE {_NAMING} ORDER BY received_at, event_id{{lock}}"
 
 
@@ -97,6 +102,8 @@ class Writes:
         " AND status = ? AND (lease_owner IS NULL OR next_check_at IS NULL"
         " OR next_check_at <= ?)"
     )
+    # a due row whose dispatch lease still runs: due again when the lease ends
+    due_at: str = "UPDATE actions SET next_check_at = ? WHERE action_id = ?"
     # the record a kept callback is bound to, read (and locked) to settle it
     bound_record: str = f"{SELECT} WHERE action_id = ?{{lock}}"
     # a kept callback left pending, bound to its record and attempt
