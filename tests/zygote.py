@@ -33,6 +33,7 @@ import json
 import locale
 import os
 import selectors
+import shutil
 import signal
 import socket
 import struct
@@ -123,6 +124,8 @@ class _Client:
                 proc.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
+        if self.path:
+            shutil.rmtree(os.path.dirname(self.path), ignore_errors=True)  # its socket
 
 
 _CLIENT = _Client()
