@@ -33,13 +33,19 @@ from settled.providers.sim_server import SimServer
 # - ``sqlite_only``: about the SQLite file itself (modes, WAL, locking, corruption).
 # - ``postgres_only``: about PostgreSQL itself.
 
-BACKENDS = ("sqlite", "postgres")
+#
+# A test's PostgreSQL run also carries the ``pg`` marker, so ``-m "not pg"`` leaves the
+# PostgreSQL half out (the fast loop, docs/reliability.md).
+
+ON_SQLITE = pytest.param("sqlite", id="sqlite")
+ON_POSTGRES = pytest.param("postgres", id="pg", marks=pytest.mark.pg)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "ledger_free: opens no ledger; runs once")
     config.addinivalue_line("markers", "sqlite_only: about the SQLite file itself; runs once")
     config.addinivalue_line("markers", "postgres_only: about the PostgreSQL ledger itself")
+    config.addinivalue_line("markers", "pg: this run of the test is on PostgreSQL (set here)")
     config.addinivalue_line(
         "markers", "ledger_incidental: the ledger is not what it proves; runs once, on SQLite"
     )
@@ -55,7 +61,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     node = metafunc.definition
     if node.get_closest_marker("postgres_only"):
-        metafunc.parametrize("backend", ["postgres"], indirect=True, ids=["pg"])
+        metafunc.parametrize("backend", [ON_POSTGRES], indirect=True)
     elif (
         node.get_closest_marker("sqlite_only")
         or node.get_closest_marker("ledger_incidental")
@@ -63,7 +69,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     ):
         return
     else:
-        metafunc.parametrize("backend", BACKENDS, indirect=True, ids=["sqlite", "pg"])
+        metafunc.parametrize("backend", [ON_SQLITE, ON_POSTGRES], indirect=True)
 
 
 @pytest.fixture

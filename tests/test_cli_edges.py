@@ -105,6 +105,7 @@ def test_daemon_interval_out_of_range_is_one_line(sim_config: Path, interval: st
     assert out.returncode == 1 and out.stderr.count("\n") == 1 and "--interval" in out.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.ledger_incidental
 def test_ctrl_c_during_start_up_never_shows_a_traceback(tmp_path: Path) -> None:
     """SIGINT at many moments of the first few hundred ms: exit 130 (or killed by the
@@ -261,6 +262,7 @@ def test_reconcile_prints_results_as_they_come(
         proc.communicate()
 
 
+@pytest.mark.slow
 @pytest.mark.ledger_incidental
 def test_demo_keep_leaves_a_ledger_its_hint_works_on(tmp_path: Path) -> None:
     keep = tmp_path / "demo"

@@ -103,6 +103,7 @@ def test_every_answer_becomes_what_the_user_is_told(
         assert body["reason"] in msg.text
 
 
+@pytest.mark.slow
 def test_the_demo_runs_against_a_real_service_and_books_once() -> None:
     p = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "confirm_button.py")],

@@ -127,6 +127,7 @@ def test_sigterm_finishes_the_check_in_hand_and_exits_0(
     assert all(sim.queries_for(k) == 0 for k in keys.values())  # all went to the black hole
 
 
+@pytest.mark.slow
 def test_two_daemons_and_a_cron_pass_share_one_ledger(
     tmp_path: Path, sim: SimServer, db_path: Path
 ) -> None:
@@ -172,6 +173,7 @@ def test_two_daemons_and_a_cron_pass_share_one_ledger(
     assert all(len(sim.requests_for(aid)) == 1 for aid in plan)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(fcntl, "F_SETPIPE_SZ"), reason="needs Linux pipe sizes")
 def test_a_stalled_log_reader_does_not_lock_the_ledger(
     tmp_path: Path, sim: SimServer, db_path: Path

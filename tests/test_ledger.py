@@ -210,6 +210,7 @@ def test_locked_ledger_waits_a_bounded_time_then_says_so(tmp_path: Path) -> None
         assert len(led.events("a-1")) == 1
 
 
+@pytest.mark.slow
 def test_processes_creating_one_new_ledger_at_once_all_succeed(
     tmp_path: Path, backend: str, fresh_location: Callable[[str], Any]
 ) -> None:

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,21 +47,30 @@ def commands() -> list[str]:
     return found
 
 
-def help_text(command: str) -> str:
-    """What `settled COMMAND --help` prints, in a fresh process with a fixed terminal."""
+Run = Callable[[list[str], dict[str, str], str], "subprocess.CompletedProcess[str]"]
+
+
+def _run(args: list[str], env: dict[str, str], cwd: str) -> subprocess.CompletedProcess[str]:
+    """``python -m ARGS`` in a fresh process of this interpreter."""
+    return subprocess.run(  # noqa: S603  (this interpreter, settled, a command name from the app)
+        [sys.executable, "-m", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=60,
+        check=False,
+    )
+
+
+def help_text(command: str, run: Run = _run) -> str:
+    """What `settled COMMAND --help` prints, in a new process with a fixed terminal
+    (``run`` starts it: ``python -m`` its arguments, with that environment and folder)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SETTLED_")}
     env.update(COLUMNS=WIDTH, LINES="50", NO_COLOR="1", TERM="dumb")
     env.pop("FORCE_COLOR", None)
     with tempfile.TemporaryDirectory() as empty:  # no ./settled.toml nearby
-        p = subprocess.run(  # noqa: S603  (this interpreter, settled, a command name from the app)
-            [sys.executable, "-m", "settled", *command.split(), "--help"],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=empty,
-            timeout=60,
-            check=False,
-        )
+        p = run(["settled", *command.split(), "--help"], env, empty)
     if p.returncode != 0:
         raise RuntimeError(f"settled {command} --help exited {p.returncode}: {p.stderr.strip()}")
     return "\n".join(line.rstrip() for line in p.stdout.splitlines()).strip("\n")
@@ -70,7 +80,7 @@ def _anchor(title: str) -> str:
     return "".join(c for c in title.lower() if c.isalnum() or c in " -_").replace(" ", "-")
 
 
-def render() -> str:
+def render(run: Run = _run) -> str:
     names = commands()
     out = [
         HEADER,
@@ -85,7 +95,7 @@ def render() -> str:
     out += [f"- [`{t}`](#{_anchor(t)})" for t in titles]
     out.append("")
     for title, cmd in zip(titles, ["", *names], strict=True):
-        out += [f"## {title}", "", "```text", help_text(cmd), "```", ""]
+        out += [f"## {title}", "", "```text", help_text(cmd, run), "```", ""]
     return "\n".join(out).rstrip() + "\n"
 
 
