@@ -11,6 +11,7 @@ from typing import Any
 
 import pg_schemas as pg
 import pytest
+import support
 from support import sim_conf, write_config
 
 from settled import Ledger
@@ -125,6 +126,15 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, location: Any) ->
     monkeypatch.delenv("SETTLED_DEBUG", raising=False)
     monkeypatch.setenv("NO_COLOR", "1")
     (tmp_path / "settled.toml").write_text("")
+
+
+@pytest.fixture(autouse=True)
+def _reaped() -> Iterator[None]:
+    """No `settled` a test started outlives it (those of wider-scoped fixtures, set up
+    before this, are left to their fixtures)."""
+    since = len(support.STARTED)
+    yield
+    support.reap(since)
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ live here so that tests import them like any module."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -126,6 +127,12 @@ def run_cli(
     )
 
 
+# Every `settled` started by popen_cli, so that none outlives the test that started it
+# (conftest's ``_reaped``): a test that fails while a daemon runs, or whose bounded
+# wait for it to stop runs out, leaves no process behind to load the next tests.
+STARTED: list[subprocess.Popen[str]] = []
+
+
 def popen_cli(
     *args: str,
     env: dict[str, str] | None = None,
@@ -134,17 +141,35 @@ def popen_cli(
 ) -> subprocess.Popen[str]:
     full_env = dict(os.environ)
     full_env.update(env or {})
+    proc: subprocess.Popen[str]
     if zygote.usable(full_env):
         arm = ["--crash-at", crash_at] if crash_at else ["--pause-at", pause_at] if pause_at else []
         module = ["settled.testing", *arm] if arm else ["settled"]
-        return zygote.popen(
+        proc = zygote.popen(
             command(args, crash_at, pause_at), [*module, *args], env=full_env, cwd=str(ROOT)
         )
-    return subprocess.Popen(
-        command(args, crash_at, pause_at),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=full_env,
-        cwd=str(ROOT),
-    )
+    else:
+        proc = subprocess.Popen(
+            command(args, crash_at, pause_at),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=full_env,
+            cwd=str(ROOT),
+        )
+    STARTED.append(proc)
+    return proc
+
+
+def reap(since: int) -> list[str]:
+    """Kill every process popen_cli started from ``STARTED[since]`` on that still runs,
+    and wait for it; say which they were."""
+    left = []
+    for proc in STARTED[since:]:
+        if proc.poll() is None:
+            left.append(" ".join(map(str, proc.args)) if isinstance(proc.args, list) else "?")
+            proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired, ValueError, OSError):
+                proc.communicate(timeout=10)
+    del STARTED[since:]
+    return left
