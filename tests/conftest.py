@@ -73,6 +73,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("backend", [ON_SQLITE, ON_POSTGRES], indirect=True)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The files that hold a ``slow`` test run first, each file's tests in their order.
+    The workers take whole files in this order (``--dist loadfile``), so the long runs
+    start at once and the many short files fill in around them, instead of one long
+    file starting last while the other worker has nothing left to do."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: files and tests keep order
+
+
 @pytest.fixture
 def backend(request: pytest.FixtureRequest) -> str:
     name: str = getattr(request, "param", "sqlite")
