@@ -31,7 +31,7 @@ from settled.providers import Registry
 
 pytestmark = [
     pytest.mark.ledger_incidental,
-    pytest.mark.slow,
+    pytest.mark.slow(seconds=45),
 ]  # the shells are the subject, not the ledger
 
 HOSTILE = {

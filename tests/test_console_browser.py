@@ -41,7 +41,7 @@ ARTIFACTS = Path(os.environ.get("SETTLED_ARTIFACTS") or ROOT / "tmp" / "artifact
 
 pytestmark = [
     pytest.mark.sqlite_only,
-    pytest.mark.slow,
+    pytest.mark.slow(seconds=45),
 ]  # about the pages, not the ledger's backend
 
 if not os.path.exists(CHROMIUM):

@@ -37,7 +37,7 @@ from settled.clock import from_text
 from settled.model import Status
 from settled.providers.sim_server import SimServer
 
-pytestmark = [pytest.mark.postgres_only, pytest.mark.slow]
+pytestmark = [pytest.mark.postgres_only, pytest.mark.slow(seconds=40)]
 
 SKEW = "+5m"  # the other host's clock
 SETTLED = (Status.CONFIRMED, Status.FAILED, Status.DENIED_UNRESOLVED)

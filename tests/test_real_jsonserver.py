@@ -24,7 +24,7 @@ from settled.model import ActionRecord, Status
 from settled.providers import Registry
 from settled.reconcile import Reconciler
 
-pytestmark = [pytest.mark.ledger_incidental, pytest.mark.slow]
+pytestmark = [pytest.mark.ledger_incidental, pytest.mark.slow(seconds=40)]
 
 TIMEOUT = 0.5  # s, the total deadline of one try
 GRACE = 2.0  # s: how long after its try a request may still land (the proxy holds it 1 s)

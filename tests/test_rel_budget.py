@@ -33,7 +33,7 @@ from settled.providers.base import Observation, QueryTarget, Seen
 from settled.providers.sim_server import SimServer
 from settled.reconcile import Reconciler
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=20)
 
 INTERVAL, DEADLINE = 1.0, 5.0
 

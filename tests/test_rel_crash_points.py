@@ -33,7 +33,7 @@ from settled.model import Status
 from settled.providers import Registry
 from settled.providers.sim_server import SimServer
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=25)
 
 C, F, U, A = (
     Status.CONFIRMED,

@@ -36,7 +36,7 @@ from settled.reconcile import Reconciler
 from settled.resolve import resolve
 from settled.storage import Ledger, Move
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=50)
 
 FAKETIME = shutil.which("faketime")
 

@@ -37,7 +37,7 @@ from settled.providers import Registry, sim
 from settled.providers.base import QueryTarget, Request, Seen
 from settled.providers.sim_server import SimServer
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=50)
 
 EXIT_CODES = {0, 1, 2, 3, 4, 5, 6, 7}
 REJECTED = {1, 2, 6, 7}  # a rejected command: the ledger must not change

@@ -35,7 +35,7 @@ from settled.cli import main
 from settled.errors import ConfigError
 from settled.providers import Registry
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=20)
 
 # -- how a server spells what it received ------------------------------------------------------
 

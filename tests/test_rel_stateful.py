@@ -55,7 +55,7 @@ from settled.providers.sim_server import SimServer
 from settled.reconcile import Reconciler
 from settled.resolve import resolve
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=95)
 
 OPS = ("book", "send", "deliver", "notify", "set")
 FAULTS = (

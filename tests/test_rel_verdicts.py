@@ -30,7 +30,7 @@ from settled.providers.base import Observation, QueryTarget, Seen
 from settled.providers.sim_server import SimServer
 from settled.resolve import resolve
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=30)
 
 LAG = 3.0  # s before a late effect shows: far longer than a give-up after 0.3 s
 

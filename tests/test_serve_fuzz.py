@@ -26,7 +26,7 @@ from serving import auth, token_env, write_serve_config
 from settled import Ledger
 from settled.providers.sim_server import SimServer
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=20)
 
 FUZZ_EXAMPLES = 20
 CHECKS = [

@@ -33,7 +33,7 @@ from settled import Ledger
 from settled.model import Status
 from settled.providers.sim_server import SimServer
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=25)
 
 IN_FLIGHT = 200
 MAX_DISPATCHES = 20_000

@@ -26,7 +26,7 @@ from support import ROOT, run_cli
 from settled import Ledger
 from settled.providers.sim_server import SimServer
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=40)
 
 
 def until(predicate: Any, what: str, timeout: float = 60.0) -> Any:

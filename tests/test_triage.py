@@ -34,7 +34,7 @@ from support import run_cli, sim_conf, write_config
 from settled import Ledger
 from settled.providers.sim_server import SimServer
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=30)
 
 PLAN = {  # (provider, fault): how many, in the order they are dispatched
     ("mail", "ok"): 60,
