@@ -161,15 +161,12 @@ def popen_cli(
     return proc
 
 
-def reap(since: int) -> list[str]:
+def reap(since: int) -> None:
     """Kill every process popen_cli started from ``STARTED[since]`` on that still runs,
-    and wait for it; say which they were."""
-    left = []
+    and wait for it."""
     for proc in STARTED[since:]:
         if proc.poll() is None:
-            left.append(" ".join(map(str, proc.args)) if isinstance(proc.args, list) else "?")
             proc.kill()
             with contextlib.suppress(subprocess.TimeoutExpired, ValueError, OSError):
                 proc.communicate(timeout=10)
     del STARTED[since:]
-    return left
