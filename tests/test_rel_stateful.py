@@ -442,7 +442,7 @@ class LedgerMachine(RuleBasedStateMachine):
         self.dispatcher.submit("sim", op, self.params[aid], action_id=aid)
         if self._status(aid) is not Status.DENIED_UNRESOLVED:  # repeated under its key
             return aid
-        with pytest.raises(EffectVisible):
+        try:
             resolve(
                 self.ledger,
                 aid,
@@ -452,6 +452,17 @@ class LedgerMachine(RuleBasedStateMachine):
                 now=self.clock.now(),
                 registry=self.registry,
             )
+        except RecheckFailed:
+            # The check made first could not be made (its 0.1 s ran out on a loaded
+            # machine): the verdict is refused all the same, and nothing is recorded.
+            assert self._status(aid) is Status.DENIED_UNRESOLVED
+            assert self.sim.effects_for(aid) == 1
+            STATS["wrong_verdict:refused_unchecked"] += 1
+            return aid
+        except EffectVisible:
+            pass
+        else:
+            raise AssertionError(f"{aid}: a wrong verdict was recorded over an applied effect")
         assert self._status(aid) is Status.CONFIRMED
         if retry_too:
             with pytest.raises(TransitionNotAllowed):
