@@ -14,7 +14,8 @@ Points: ``before_claim``, ``before_commit:claimed``, ``after_claim``, ``before_w
 (e.g. ``before_commit:outcome``), ``before_check``. The bulk path (``settled.bulk``)
 adds ``after_group_claim`` (a group's claims committed, none of its requests sent),
 ``between_requests`` (a request of the group answered, the next not yet started) and
-``after_group_outcome`` (a group's outcomes committed, none reported yet).
+``after_group_outcome`` (a group's outcomes committed, none reported yet). The daemon
+passes ``daemon_scheduled`` (its schedule made and running, its loop not yet started).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ POINTS = (
     "after_group_claim",
     "between_requests",
     "after_group_outcome",
+    "daemon_scheduled",
 )
 
 

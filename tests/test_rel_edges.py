@@ -501,7 +501,12 @@ def test_a_backward_step_does_not_stall_the_daemon(tmp_path: Path, server: SimSe
     env.pop("FAKETIME")
     daemon = popen_cli("daemon", "--interval", "0.2", env=env)
     try:
-        time.sleep(1.0)
+        assert daemon.stderr is not None
+        for line in daemon.stderr:  # it runs: its schedule is being made
+            if '"started"' in line:
+                break
+        else:
+            raise AssertionError(f"the daemon never started: {daemon.wait(timeout=30)}")
         stamp.write_text("-1h\n")
         server.plan("b1", "lag:0.5")
         assert (
@@ -520,6 +525,49 @@ def test_a_backward_step_does_not_stall_the_daemon(tmp_path: Path, server: SimSe
     assert daemon.returncode == 0, log
     moves = [json.loads(line) for line in log.splitlines() if '"transition"' in line]
     assert any(m["action_id"] == "b1" and m["to"] == "CONFIRMED" for m in moves), log
+
+
+@needs_faketime
+def test_a_step_back_while_the_daemon_makes_its_schedule_is_seen(
+    tmp_path: Path, server: SimServer
+) -> None:
+    """The wall clock steps back an hour between the daemon's first schedule (made by
+    the wall clock) and its loop's first look at the clock: the daemon is stopped
+    right there (``daemon_scheduled``), the step made, the daemon resumed. It must
+    notice the step and re-anchor its schedule, or it sleeps an hour before its next
+    pass."""
+    api_config(tmp_path / "settled.toml", server.url, window=0.3)
+    stamp = tmp_path / "faketime"
+    stamp.write_text("+0\n")
+    env = {**faketime("+0"), "FAKETIME_TIMESTAMP_FILE": str(stamp)}
+    env.pop("FAKETIME")
+    daemon = popen_cli("daemon", "--interval", "0.2", env=env, pause_at="daemon_scheduled")
+    try:
+        deadline = time.monotonic() + 60
+        while not _stopped(daemon.pid):
+            assert daemon.poll() is None and time.monotonic() < deadline, "never paused"
+            time.sleep(0.02)
+        stamp.write_text("-1h\n")
+        os.kill(daemon.pid, signal.SIGCONT)
+        server.plan("s1", "lag:0.5")
+        out = run_cli("dispatch", "api", "send", "--params", params("s1"), "--action-id", "s1")
+        assert out.returncode == 3, out.stderr
+        deadline = time.monotonic() + 60  # bound only: it settles in about a second
+        while status_of("s1") != "CONFIRMED" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert status_of("s1") == "CONFIRMED"
+    finally:
+        daemon.send_signal(signal.SIGCONT)
+        daemon.send_signal(signal.SIGTERM)
+        _, log = daemon.communicate(timeout=30)
+    events = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    steps = [e for e in events if e.get("event") == "clock_step"]
+    assert steps and steps[0]["seconds"] < -3500, log
+
+
+def _stopped(pid: int) -> bool:
+    """Whether the process is stopped (SIGSTOP): its state in /proc is T."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
 
 
 # -- a disk that fills up after the send ------------------------------------------------------

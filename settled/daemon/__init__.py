@@ -320,6 +320,10 @@ class Sweeper:
         handler = _SchedulerLog(self)
         aps_log.addHandler(handler)
         aps_log.propagate = False
+        # Watch the wall clock from before the scheduler first reads it: a step between
+        # the job's first schedule and the watch's first look would go unseen, and after
+        # a step back the scheduler would sleep until the old next run (an hour, say).
+        watch = _StepWatch()
         scheduler = BackgroundScheduler(
             timezone=UTC,
             executors={"default": ThreadPoolExecutor(max_workers=1)},
@@ -333,11 +337,11 @@ class Sweeper:
             next_run_time=datetime.now(UTC),
         )
         scheduler.start()
+        self.probe("daemon_scheduled")
         self.notifier.ready(f"reconciling every {self.interval:g} s")
         now = time.monotonic()
         next_beat = now + self.heartbeat
         next_ping = now
-        watch = _StepWatch()
         try:
             step = 0.2 if self.notifier.watchdog is None else min(0.2, self.notifier.watchdog / 2)
             while not self._stop:
