@@ -490,16 +490,35 @@ def test_a_forward_step_does_not_spend_a_verification_budget(
     assert reconcile_until("f2", {"CONFIRMED"}, 8.0) == "CONFIRMED"
 
 
-@needs_faketime
-def test_a_backward_step_does_not_stall_the_daemon(tmp_path: Path, server: SimServer) -> None:
-    """The daemon starts, then its wall clock steps back an hour; it keeps settling on
-    schedule, and the log stays in the ledger's time."""
+def _steppable_daemon(
+    tmp_path: Path, server: SimServer, pause_at: str | None = None
+) -> tuple[subprocess.Popen[str], Path]:
+    """A daemon whose wall clock follows a stamp file (libfaketime, re-read on every
+    call): write "-1h" to it and its clock steps back an hour."""
     api_config(tmp_path / "settled.toml", server.url, window=0.3)
     stamp = tmp_path / "faketime"
     stamp.write_text("+0\n")
     env = {**faketime("+0"), "FAKETIME_TIMESTAMP_FILE": str(stamp)}
     env.pop("FAKETIME")
-    daemon = popen_cli("daemon", "--interval", "0.2", env=env)
+    return popen_cli("daemon", "--interval", "0.2", env=env, pause_at=pause_at), stamp
+
+
+def _dispatch_and_see_it_settled(server: SimServer, aid: str) -> None:
+    """A send whose effect shows after 0.5 s: the daemon must confirm it (bounded)."""
+    server.plan(aid, "lag:0.5")
+    out = run_cli("dispatch", "api", "send", "--params", params(aid), "--action-id", aid)
+    assert out.returncode == 3, out.stderr
+    deadline = time.monotonic() + 60  # bound only: it settles in about a second
+    while status_of(aid) != "CONFIRMED" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert status_of(aid) == "CONFIRMED"
+
+
+@needs_faketime
+def test_a_backward_step_does_not_stall_the_daemon(tmp_path: Path, server: SimServer) -> None:
+    """The daemon starts, then its wall clock steps back an hour; it keeps settling on
+    schedule, and the log stays in the ledger's time."""
+    daemon, stamp = _steppable_daemon(tmp_path, server)
     try:
         assert daemon.stderr is not None
         for line in daemon.stderr:  # it runs: its schedule is being made
@@ -508,17 +527,7 @@ def test_a_backward_step_does_not_stall_the_daemon(tmp_path: Path, server: SimSe
         else:
             raise AssertionError(f"the daemon never started: {daemon.wait(timeout=30)}")
         stamp.write_text("-1h\n")
-        server.plan("b1", "lag:0.5")
-        assert (
-            run_cli(
-                "dispatch", "api", "send", "--params", params("b1"), "--action-id", "b1"
-            ).returncode
-            == 3
-        )
-        deadline = time.monotonic() + 60  # bound only: it settles in about a second
-        while status_of("b1") != "CONFIRMED" and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert status_of("b1") == "CONFIRMED"
+        _dispatch_and_see_it_settled(server, "b1")
     finally:
         daemon.send_signal(signal.SIGTERM)
         _, log = daemon.communicate(timeout=30)
@@ -536,12 +545,7 @@ def test_a_step_back_while_the_daemon_makes_its_schedule_is_seen(
     right there (``daemon_scheduled``), the step made, the daemon resumed. It must
     notice the step and re-anchor its schedule, or it sleeps an hour before its next
     pass."""
-    api_config(tmp_path / "settled.toml", server.url, window=0.3)
-    stamp = tmp_path / "faketime"
-    stamp.write_text("+0\n")
-    env = {**faketime("+0"), "FAKETIME_TIMESTAMP_FILE": str(stamp)}
-    env.pop("FAKETIME")
-    daemon = popen_cli("daemon", "--interval", "0.2", env=env, pause_at="daemon_scheduled")
+    daemon, stamp = _steppable_daemon(tmp_path, server, pause_at="daemon_scheduled")
     try:
         deadline = time.monotonic() + 60
         while not _stopped(daemon.pid):
@@ -549,13 +553,7 @@ def test_a_step_back_while_the_daemon_makes_its_schedule_is_seen(
             time.sleep(0.02)
         stamp.write_text("-1h\n")
         os.kill(daemon.pid, signal.SIGCONT)
-        server.plan("s1", "lag:0.5")
-        out = run_cli("dispatch", "api", "send", "--params", params("s1"), "--action-id", "s1")
-        assert out.returncode == 3, out.stderr
-        deadline = time.monotonic() + 60  # bound only: it settles in about a second
-        while status_of("s1") != "CONFIRMED" and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert status_of("s1") == "CONFIRMED"
+        _dispatch_and_see_it_settled(server, "s1")
     finally:
         daemon.send_signal(signal.SIGCONT)
         daemon.send_signal(signal.SIGTERM)
