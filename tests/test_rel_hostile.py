@@ -85,7 +85,11 @@ def env(
     """A ledger with a few records in each state, a config pointing at the sim, and
     the working directory in tmp (so no fuzzed path lands in the repository)."""
     monkeypatch.chdir(tmp_path)
-    config = write_config(tmp_path / "settled.toml", {"sim": sim_conf(sim, verify_deadline=0.3)})
+    # No request here is meant to hang, so its timeout is long: on a loaded machine the
+    # sim's answer to a fuzzed book can take longer than the suite's usual 0.3 s, and a
+    # lost reply would leave it AWAITING_VERIFICATION instead of CONFIRMED.
+    conf = sim_conf(sim, verify_deadline=0.3, timeout=5.0)
+    config = write_config(tmp_path / "settled.toml", {"sim": conf})
     db = location
     monkeypatch.setenv("SETTLED_DB", str(db))
     monkeypatch.setenv("SETTLED_CONFIG", str(config))
