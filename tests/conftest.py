@@ -33,7 +33,6 @@ from settled.providers.sim_server import SimServer
 #   backends; run once, on SQLite, they keep the suite within its time on two cores.
 # - ``sqlite_only``: about the SQLite file itself (modes, WAL, locking, corruption).
 # - ``postgres_only``: about PostgreSQL itself.
-
 #
 # A test's PostgreSQL run also carries the ``pg`` marker, so ``-m "not pg"`` leaves the
 # PostgreSQL half out (the fast loop, docs/reliability.md).

@@ -104,26 +104,31 @@ def run_cli(
 ) -> subprocess.CompletedProcess[str]:
     """Run `settled` as a real OS process (``python -m settled``): forked from a warm
     interpreter when it can be (``zygote``), a new interpreter when it cannot."""
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    if zygote.usable(full_env):
-        armed = ["settled.testing", "--crash-at", crash_at] if crash_at else ["settled"]
-        return zygote.run(
-            command(args, crash_at),
-            [*armed, *args],
-            env=full_env,
-            cwd=str(ROOT),
-            input=input,
-            timeout=timeout,
-        )
-    return subprocess.run(
-        command(args, crash_at),
-        capture_output=True,
-        text=True,
-        env=full_env,
+    armed = ["settled.testing", "--crash-at", crash_at] if crash_at else ["settled"]
+    return run_module(
+        [*armed, *args],
+        env={**os.environ, **(env or {})},
+        cwd=str(ROOT),
         input=input,
         timeout=timeout,
-        cwd=str(ROOT),
+    )
+
+
+def run_module(
+    module_args: list[str],
+    *,
+    env: dict[str, str],
+    cwd: str,
+    input: str | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m MODULE_ARGS`` as a real OS process with exactly ``env``, forked from
+    the warm interpreter when it can be."""
+    cmd = [sys.executable, "-m", *module_args]
+    if zygote.usable(env):
+        return zygote.run(cmd, module_args, env=env, cwd=cwd, input=input, timeout=timeout)
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env=env, input=input, timeout=timeout, cwd=cwd
     )
 
 

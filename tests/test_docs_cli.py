@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import difflib
 import subprocess
-import sys
 
 import pytest
-import zygote
-from support import COMMANDS, ROOT
+from support import COMMANDS, ROOT, run_module
 
 from settled.cli import reference
 
@@ -21,11 +19,7 @@ FIX = "python -m settled.cli.reference --write"
 def forked(args: list[str], env: dict[str, str], cwd: str) -> subprocess.CompletedProcess[str]:
     """The generator's new process, forked from the suite's warm interpreter when it
     can be (the same `python -m settled ... --help`, without 40 start-ups)."""
-    if not zygote.usable(env):
-        return subprocess.run(
-            [sys.executable, "-m", *args], capture_output=True, text=True, env=env, cwd=cwd
-        )
-    return zygote.run([sys.executable, "-m", *args], args, env=env, cwd=cwd, input=None, timeout=60)
+    return run_module(args, env=env, cwd=cwd)
 
 
 def test_cli_reference_is_what_help_says_now() -> None:
