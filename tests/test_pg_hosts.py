@@ -55,7 +55,13 @@ def _skewed_env() -> dict[str, str]:
     return {**os.environ, "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
 
 
-def _conf(tmp_path: Path, name: str, server: SimServer, **sections: dict[str, Any]) -> Path:
+def _conf(
+    tmp_path: Path,
+    name: str,
+    server: SimServer,
+    deadline: float = 30.0,
+    **sections: dict[str, Any],
+) -> Path:
     provider = {
         "type": "sim",
         "base_url": server.url,
@@ -63,7 +69,7 @@ def _conf(tmp_path: Path, name: str, server: SimServer, **sections: dict[str, An
         "attempts": 1,
         "consistency_window": 0.0,
         "verify_interval": 0.05,
-        "verify_deadline": 30.0,
+        "verify_deadline": deadline,
     }
     return write_config(tmp_path / name, {"sim": provider}, **sections)
 
@@ -337,6 +343,9 @@ def _many_hosts(
         tmp_path,
         "hosts.toml",
         server,
+        # Long enough to outlast the dead host's leases (3 s) and the survivor's start,
+        # short enough that the lost mails' verdicts do not keep the test waiting.
+        deadline=10.0,
         dispatch={"lease_grace": 1.0},
         reconcile={"lease": 3.0, "batch": 4},
     )
