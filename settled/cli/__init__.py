@@ -28,10 +28,12 @@ def main(argv: list[str] | None = None) -> None:
     code = 1
     try:
         code = _run(argv)
+        signals.returned()  # inside the try: one that comes before it is caught below
     except signals.Terminated:
         _quiet_interrupt("terminated (SIGTERM)")
         code = 143
     except KeyboardInterrupt:
+        signals.returned()  # a SIGTERM while Ctrl-C is said is noted, not raised
         _quiet_interrupt()
         code = 130
     finally:
@@ -41,7 +43,8 @@ def main(argv: list[str] | None = None) -> None:
             common.STATE.close()
         except BaseException:  # noqa: S110 - closing after an interrupt: nothing left to report
             pass
-    if signals.held():  # it came while nothing ran that would take it (help, --version)
+    if signals.held() and code != 143:  # it came while nothing took it (help, --version,
+        # the record being printed after a first SIGTERM, the ledger being closed)
         _quiet_interrupt("terminated (SIGTERM)")
         code = 143
     signals.restore(previous)

@@ -10,7 +10,10 @@ it means for it:
   in its start-up it came (``take``);
 - ``dispatch --wait``, ``confirm --wait`` and ``queue --watch``: what Ctrl-C means
   (``as_interrupt``): ``Terminated``, a ``KeyboardInterrupt``, is raised where the
-  signal lands, so the record is printed and the exit code is its status.
+  signal lands, so the record is printed and the exit code is its status. It is
+  raised once, and only while the command runs (``returned``): a SIGTERM after that,
+  or a second one while the first is handled, is noted and ``main`` exits 143, so
+  none reaches code that does not catch it.
 
 Standard library only: ``import settled.cli`` stays light.
 """
@@ -37,6 +40,9 @@ def _hold(signum: int, _frame: Any) -> None:
 
 
 def _raise(_signum: int, _frame: Any) -> None:
+    # Once: a second SIGTERM while the first is being handled (the record read and
+    # printed) is noted, never raised into that handling; ``main`` then exits 143.
+    _install(_hold)
     raise Terminated
 
 
@@ -86,6 +92,17 @@ def as_interrupt() -> None:
         raise Terminated
 
 
+def returned() -> None:
+    """The command has returned: a SIGTERM that ``as_interrupt`` would raise is noted
+    from now on instead (``main`` exits 143), so none is raised where nothing catches it."""
+    try:
+        armed = signal.getsignal(signal.SIGTERM) is _raise
+    except ValueError:
+        return
+    if armed:
+        _install(_hold)
+
+
 def take(handler: Handler) -> bool:
     """Hand SIGTERM to ``handler``; True when one came while held (the caller acts on it)."""
     came = bool(_held)
@@ -94,4 +111,4 @@ def take(handler: Handler) -> bool:
     return came
 
 
-__all__ = ["Terminated", "as_interrupt", "default", "held", "hold", "restore", "take"]
+__all__ = ["Terminated", "as_interrupt", "default", "held", "hold", "restore", "returned", "take"]
