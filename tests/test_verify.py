@@ -195,6 +195,31 @@ def test_what_the_database_cannot_refuse_verify_finds(
         assert led.integrity_check().startswith("1 disagreement between records and events; ")
 
 
+def test_a_damaged_row_stops_every_command_that_reads_it_with_one_line(db_path: Any) -> None:
+    """A column edited by hand: every command that reads the row says the ledger is
+    damaged there and what `verify` does (exit 1, one line, no decoder's traceback or
+    'internal error'), and changes nothing."""
+    with Ledger.open(db_path) as led:
+        led.record(new_record("a-1"), actor="t")
+        led.record(new_record("a-2"), actor="t")
+    rawdb.execute(db_path, "UPDATE actions SET params = '{cut' WHERE action_id = 'a-1'")
+    before = rawdb.dump(db_path)
+    for argv in (
+        ["show", "a-1"],
+        ["show", "a-1", "--json"],
+        ["queue", "--status", "all"],
+        ["queue", "--status", "PENDING", "--json"],
+        ["resolve", "a-1", "--not-applied", "--reason", "checked"],
+    ):
+        done = run_cli(*argv)
+        line = done.stderr.strip()
+        assert done.returncode == 1, (argv, done.returncode, done.stderr)
+        assert "\n" not in line and "Traceback" not in line and "internal error" not in line
+        assert "is damaged" in line and "'a-1'" in line and "settled verify" in line, line
+    assert run_cli("show", "a-2").returncode == 0  # the rows around it still read
+    assert rawdb.dump(db_path) == before
+
+
 @pytest.mark.sqlite_only
 def test_an_event_without_its_record_and_a_damaged_row(db_path: Any) -> None:
     with Ledger.open(db_path) as led:

@@ -115,8 +115,23 @@ def newer_message(where: str, found: int, latest: int) -> str:
 
 
 def records_of(rows: Iterable[Sequence[Any]]) -> list[ActionRecord]:
-    """Rows of ``statements.SELECT`` (every column, in ``COLUMNS`` order) as records."""
-    return [from_row(dict(zip(COLUMNS, r, strict=True))) for r in rows]
+    """Rows of ``statements.SELECT`` (every column, in ``COLUMNS`` order) as records.
+    A row that cannot be read as one (a column edited by hand, a damaged file) raises
+    ``Damaged`` naming it, as ``settled verify`` does, never a decoder's error."""
+    records = []
+    for r in rows:
+        values = dict(zip(COLUMNS, r, strict=True))
+        try:
+            records.append(from_row(values))
+        except (KeyError, TypeError, ValueError) as exc:
+            from .truth import Damaged
+
+            raise Damaged(
+                f"the ledger is damaged: actions row action_id {values.get('action_id')!r} "
+                f"cannot be read ({type(exc).__name__}: {exc}); `settled verify` names "
+                "every damaged row"
+            ) from None
+    return records
 
 
 def callbacks_of(rows: Iterable[Sequence[Any]]) -> list[PendingCallback]:
