@@ -299,6 +299,16 @@ def test_a_short_retry_after_holds_the_others_then_they_go(
 # ------------------------------------------------------------------ concurrent verification
 
 
+@pytest.fixture
+def patient(sim: SimServer) -> Iterator[Registry]:
+    """The sim with time to answer on a loaded machine: these tests count checks, and
+    no reply of theirs is meant to time out (under load a send took longer than the
+    shared 0.3 s and came back outcome-unknown instead of accepted)."""
+    reg = Registry({"sim": sim_conf(sim, timeout=5.0, verify_deadline=30.0)}, source="test")
+    yield reg
+    reg.close()
+
+
 def _awaiting(ledger: Ledger, registry: Registry, n: int) -> list[str]:
     d = Dispatcher(ledger, registry)
     results = list(d.submit_many("sim", "send", read_lines(jsonl(*lines(n, "v")))))
@@ -308,10 +318,10 @@ def _awaiting(ledger: Ledger, registry: Registry, n: int) -> list[str]:
 
 @pytest.mark.parametrize(("concurrency", "limit"), [(4, None), (8, 2)])
 def test_concurrent_checks_settle_like_checks_in_turn(
-    sim: SimServer, registry: Registry, ledger: Ledger, concurrency: int, limit: int | None
+    sim: SimServer, patient: Registry, ledger: Ledger, concurrency: int, limit: int | None
 ) -> None:
-    ids = _awaiting(ledger, registry, 30)
-    spy = Counting(registry.provider("sim"))
+    ids = _awaiting(ledger, patient, 30)
+    spy = Counting(patient.provider("sim"))
     reg = Registry({}, source="test")
     reg.add(spy)
     seen: list[str] = []
@@ -331,9 +341,9 @@ def test_concurrent_checks_settle_like_checks_in_turn(
     check(ledger, sim, ids=ids)
 
 
-def test_changes_are_reported_only_after_their_commit(registry: Registry, db_path: Path) -> None:
+def test_changes_are_reported_only_after_their_commit(patient: Registry, db_path: Path) -> None:
     with Ledger.open(db_path) as ledger:
-        _awaiting(ledger, registry, 12)
+        _awaiting(ledger, patient, 12)
         durable: list[bool] = []
 
         def on_change(ch: Any) -> None:
@@ -341,20 +351,20 @@ def test_changes_are_reported_only_after_their_commit(registry: Registry, db_pat
                 durable.append(str(other.get(ch.action_id).status) == ch.to_status)
 
         Reconciler(
-            ledger, registry, clock=Clock(), batch=5, concurrency=4, on_change=on_change
+            ledger, patient, clock=Clock(), batch=5, concurrency=4, on_change=on_change
         ).run_due()
     assert durable == [True] * 12
 
 
 @pytest.mark.parametrize("concurrency", [1, 4])
 def test_a_throttled_provider_is_left_alone_and_no_budget_is_spent(
-    sim: SimServer, registry: Registry, ledger: Ledger, concurrency: int
+    sim: SimServer, patient: Registry, ledger: Ledger, concurrency: int
 ) -> None:
     """The first query is answered 429: the rows of the batch still waiting are put
     back to after the pause, unchecked, their budget unspent. Queries already in flight
     when the 429 came back finish (here they are held until the pause is taken, so that
     none can finish first and start another on a loaded machine); none starts after."""
-    ids = _awaiting(ledger, registry, 10)
+    ids = _awaiting(ledger, patient, 10)
     held: list[Any] = []
 
     def throttle(n: int, target: Any) -> Observation | None:
@@ -367,7 +377,7 @@ def test_a_throttled_provider_is_left_alone_and_no_budget_is_spent(
             time.sleep(0.002)
         return None
 
-    spy = Counting(registry.provider("sim"), throttle)
+    spy = Counting(patient.provider("sim"), throttle)
     reg = Registry({}, source="test")
     reg.add(spy)
     start = to_text(Clock().now())
@@ -381,7 +391,7 @@ def test_a_throttled_provider_is_left_alone_and_no_budget_is_spent(
     unchecked = [r for r in put_back if r.checks == 0]
     assert len(unchecked) >= 10 - concurrency
     assert all((r.next_check_at or "") > start and "pause" in (r.reason or "") for r in unchecked)
-    settle(ledger, registry)
+    settle(ledger, patient)
     check(ledger, sim, ids=ids)
 
 
