@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +36,28 @@ pytestmark = pytest.mark.slow(seconds=30)
 LAG = 3.0  # s before a late effect shows: far longer than a give-up after 0.3 s
 
 
+# Nothing here is about a reply timing out: the sim gets 5 s to answer, not the shared
+# 0.3 s, which a check on a loaded machine outlasted (the recheck then could not be
+# made, and the retry was refused for that instead of for the effect it would have seen).
+PATIENT = 5.0
+
+
 def configure(tmp_path: Path, sim: SimServer, **over: Any) -> Path:
-    conf = sim_conf(sim, verify_interval=0.1, verify_deadline=0.3, verify_min_checks=3, **over)
+    conf = sim_conf(
+        sim,
+        **{"timeout": PATIENT, **over},
+        verify_interval=0.1,
+        verify_deadline=0.3,
+        verify_min_checks=3,
+    )
     return write_config(tmp_path / "settled.toml", {"sim": conf})
+
+
+@pytest.fixture
+def registry(sim: SimServer) -> Iterator[Registry]:
+    reg = Registry({"sim": sim_conf(sim, timeout=PATIENT)}, source="test")
+    yield reg
+    reg.close()
 
 
 def dispatch(*args: str) -> tuple[int, dict[str, Any]]:
