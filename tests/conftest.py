@@ -182,6 +182,14 @@ def registry(sim: SimServer) -> Iterator[Registry]:
 
 
 @pytest.fixture
+def patient(sim: SimServer) -> Iterator[Registry]:
+    """``registry`` for tests none of whose replies is meant to time out (support.PATIENT)."""
+    reg = Registry({"sim": sim_conf(sim, timeout=support.PATIENT)}, source="test")
+    yield reg
+    reg.close()
+
+
+@pytest.fixture
 def sim_config(tmp_path: Path, sim: SimServer) -> Path:
     """settled.toml pointing the `sim` provider at the test's sim server."""
     return write_config(tmp_path / "settled.toml", {"sim": sim_conf(sim)})

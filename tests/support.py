@@ -42,6 +42,12 @@ COMMANDS = [
 ]
 
 
+# A timeout for the sim where no reply is meant to time out: the shared 0.3 s keeps the
+# fault tests quick (a hanging fault holds 1 s), and a loaded machine now and then
+# outlasts it on a reply that should have come back.
+PATIENT = 5.0
+
+
 def sim_conf(server: SimServer, **over: Any) -> dict[str, Any]:
     conf: dict[str, Any] = {
         "type": "sim",

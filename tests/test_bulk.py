@@ -299,16 +299,6 @@ def test_a_short_retry_after_holds_the_others_then_they_go(
 # ------------------------------------------------------------------ concurrent verification
 
 
-@pytest.fixture
-def patient(sim: SimServer) -> Iterator[Registry]:
-    """The sim with time to answer on a loaded machine: these tests count checks, and
-    no reply of theirs is meant to time out (under load a send took longer than the
-    shared 0.3 s and came back outcome-unknown instead of accepted)."""
-    reg = Registry({"sim": sim_conf(sim, timeout=5.0, verify_deadline=30.0)}, source="test")
-    yield reg
-    reg.close()
-
-
 def _awaiting(ledger: Ledger, registry: Registry, n: int) -> list[str]:
     d = Dispatcher(ledger, registry)
     results = list(d.submit_many("sim", "send", read_lines(jsonl(*lines(n, "v")))))

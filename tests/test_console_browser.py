@@ -24,7 +24,7 @@ from invariants import dump
 from ledger_rows import add
 from realservers import axe_core_js
 from serving import TOKENS, auth, env_name, process
-from support import ROOT, sim_conf, write_config
+from support import PATIENT, ROOT, sim_conf, write_config
 
 from settled import Ledger
 from settled.model import Status
@@ -450,7 +450,7 @@ def test_an_incident_settled_from_the_browser_agrees_with_the_sims_truth(
     for name, (_secret, roles) in TOKENS.items():
         sections[f"serve.tokens.{name}"] = {"secret": f"${{{env_name(name)}}}", "roles": roles}
     sections["serve.ui"] = {"session_secret": "${SETTLED_TEST_UI_SECRET}"}
-    write_config(tmp_path / "settled.toml", {"sim": sim_conf(sim, timeout=5.0)}, **sections)
+    write_config(tmp_path / "settled.toml", {"sim": sim_conf(sim, timeout=PATIENT)}, **sections)
     plan = (
         [(f"lost-{i}", "send", "lost_after_accept") for i in range(LOST)]
         + [(f"late-{i}", "send", f"lag:{LAG:g}") for i in range(LATE)]

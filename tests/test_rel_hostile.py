@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from invariants import budget, check, dump, scaled, settle
-from support import run_cli, sim_conf, write_config
+from support import PATIENT, run_cli, sim_conf, write_config
 
 from settled import Ledger
 from settled.cli import main
@@ -85,10 +85,9 @@ def env(
     """A ledger with a few records in each state, a config pointing at the sim, and
     the working directory in tmp (so no fuzzed path lands in the repository)."""
     monkeypatch.chdir(tmp_path)
-    # No request here is meant to hang, so its timeout is long: on a loaded machine the
-    # sim's answer to a fuzzed book can take longer than the suite's usual 0.3 s, and a
-    # lost reply would leave it AWAITING_VERIFICATION instead of CONFIRMED.
-    conf = sim_conf(sim, verify_deadline=0.3, timeout=5.0)
+    # No request here is meant to hang: a lost reply to a fuzzed book would leave it
+    # AWAITING_VERIFICATION instead of CONFIRMED.
+    conf = sim_conf(sim, verify_deadline=0.3, timeout=PATIENT)
     config = write_config(tmp_path / "settled.toml", {"sim": conf})
     db = location
     monkeypatch.setenv("SETTLED_DB", str(db))

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from invariants import check, dump
-from support import run_cli, sim_conf, write_config
+from support import PATIENT, run_cli, sim_conf, write_config
 
 from settled import Ledger
 from settled.dispatch import Dispatcher
@@ -36,28 +35,15 @@ pytestmark = pytest.mark.slow(seconds=30)
 LAG = 3.0  # s before a late effect shows: far longer than a give-up after 0.3 s
 
 
-# Nothing here is about a reply timing out: the sim gets 5 s to answer, not the shared
-# 0.3 s, which a check on a loaded machine outlasted (the recheck then could not be
-# made, and the retry was refused for that instead of for the effect it would have seen).
-PATIENT = 5.0
-
-
 def configure(tmp_path: Path, sim: SimServer, **over: Any) -> Path:
     conf = sim_conf(
         sim,
-        **{"timeout": PATIENT, **over},
+        **{"timeout": PATIENT, **over},  # nothing here is about a reply timing out
         verify_interval=0.1,
         verify_deadline=0.3,
         verify_min_checks=3,
     )
     return write_config(tmp_path / "settled.toml", {"sim": conf})
-
-
-@pytest.fixture
-def registry(sim: SimServer) -> Iterator[Registry]:
-    reg = Registry({"sim": sim_conf(sim, timeout=PATIENT)}, source="test")
-    yield reg
-    reg.close()
 
 
 def dispatch(*args: str) -> tuple[int, dict[str, Any]]:
@@ -284,9 +270,9 @@ def unresolved(ledger: Ledger, aid: str) -> None:
 
 
 def test_the_library_takes_the_registry_and_records_what_it_checked(
-    ledger: Ledger, registry: Registry, sim: SimServer
+    ledger: Ledger, patient: Registry, sim: SimServer
 ) -> None:
-    d = Dispatcher(ledger, registry)
+    d = Dispatcher(ledger, patient)
     sim.plan("a", "lost_after_accept")
     d.submit("sim", "send", {"to": "x"}, action_id="a")
     unresolved(ledger, "a")
@@ -295,7 +281,7 @@ def test_the_library_takes_the_registry_and_records_what_it_checked(
     with pytest.raises(RecheckFailed, match="no provider registry"):
         resolve(ledger, "a", applied=False, reason="r", by="ops", now=now)
     throttled = Registry({}, source="test")
-    throttled.add(Throttled(registry.provider("sim")))
+    throttled.add(Throttled(patient.provider("sim")))
     with pytest.raises(RecheckFailed, match="asked for a pause"):
         resolve(ledger, "a", applied=False, reason="r", by="ops", now=now, registry=throttled)
     assert ledger.events("a") == before and ledger.get("a").status is Status.DENIED_UNRESOLVED
@@ -305,7 +291,7 @@ def test_the_library_takes_the_registry_and_records_what_it_checked(
     with pytest.raises(RecheckFailed, match="asked for a pause"):
         Dispatcher(ledger, throttled).retry("a")
     assert ledger.get("a").status is Status.FAILED and len(sim.requests_for("a")) == 1
-    report = Dispatcher(ledger, registry).retry("a")
+    report = Dispatcher(ledger, patient).retry("a")
     assert report.record is not None and report.record.attempt == 2
     opened = next(e for e in ledger.events("a") if e.kind == "retry")
     assert opened.detail["recheck"].startswith("not_yet")
@@ -313,11 +299,11 @@ def test_the_library_takes_the_registry_and_records_what_it_checked(
 
 
 def test_the_library_refuses_a_retry_of_a_visible_effect_and_corrects_the_record(
-    ledger: Ledger, registry: Registry, sim: SimServer
+    ledger: Ledger, patient: Registry, sim: SimServer
 ) -> None:
     """A FAILED record whose effect is there after all (a person's --no-recheck
     verdict was wrong): the retry is refused with the record as the evidence left it."""
-    d = Dispatcher(ledger, registry)
+    d = Dispatcher(ledger, patient)
     sim.plan("w", f"lag:{LAG}")
     d.submit("sim", "send", {"to": "x"}, action_id="w")
     unresolved(ledger, "w")
