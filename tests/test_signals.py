@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import popen_cli, run_cli, sim_conf, write_config
+from support import PATIENT, popen_cli, run_cli, sim_conf, write_config
 
 from settled import Ledger
 from settled.providers.sim_server import SimServer
@@ -61,6 +61,29 @@ def slow_config(tmp_path: Path, sim: SimServer) -> Path:
     """Checks every 0.2 s for a minute: a lost reply keeps --wait waiting."""
     conf = sim_conf(sim, verify_deadline=60.0, verify_interval=0.2)
     return write_config(tmp_path / "settled.toml", {"sim": conf})
+
+
+@pytest.mark.parametrize(
+    ("sig", "code", "said"),
+    [
+        (signal.SIGTERM, 143, "settled: terminated (SIGTERM)"),
+        (signal.SIGINT, 130, "settled: interrupted"),
+    ],
+)
+def test_a_signal_while_the_request_is_on_its_way_says_so(
+    tmp_path: Path, sim: SimServer, sig: signal.Signals, code: int, said: str
+) -> None:
+    """Before the wait has begun, the command ends with its one line and exit code
+    (Typer on its own turned either signal into a silent exit 130)."""
+    conf = sim_conf(sim, timeout=PATIENT)
+    write_config(tmp_path / "settled.toml", {"sim": conf})
+    sim.plan("r-1", "latency:3")
+    proc = popen_cli("dispatch", "sim", "send", "--action-id", "r-1", "--wait", "--json")
+    wait_until("the request reached the sim", lambda: len(sim.requests_for("r-1")) == 1)
+    proc.send_signal(sig)
+    got, out, err = finish(proc)
+    assert (got, err.strip()) == (code, said), (got, out, err)
+    assert len(sim.requests_for("r-1")) == 1
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

@@ -72,6 +72,7 @@ def _run(argv: list[str] | None) -> int:
     from ..errors import SettledError
     from . import common, shells
     from .app import app
+    from .typerapp import Interrupted
 
     # What start-up made (modules, classes, the app: ≈35,000 objects) lives as long as the
     # process, so the collector never needs to look at it again. Unfrozen, one full
@@ -105,6 +106,8 @@ def _run(argv: list[str] | None) -> int:
         return common.exit_for(exc)
     except KeyboardInterrupt:
         raise
+    except Interrupted as exc:  # a command's, carried past Typer (cli.typerapp)
+        raise exc.interrupt from None
     except Exception as exc:  # the one broad catch: a bug must not show a traceback
         if _is_click_error(exc):
             _show_click_error(exc)

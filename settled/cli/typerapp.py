@@ -17,8 +17,25 @@ import typer
 from typer.core import TyperCommand
 
 
+class Interrupted(Exception):
+    """A ``KeyboardInterrupt`` (Ctrl-C, or ``signals.Terminated``) that ended a command,
+    carried past Typer, which turns every one into a silent exit 130; ``cli.main``
+    raises it again, to say "interrupted" (130) or "terminated (SIGTERM)" (143)."""
+
+    def __init__(self, interrupt: KeyboardInterrupt) -> None:
+        super().__init__()
+        self.interrupt = interrupt
+
+
 class Command(TyperCommand):
-    """A command whose help lists arguments by their metavar, options as Typer does."""
+    """A command whose help lists arguments by their metavar, options as Typer does,
+    and whose interrupts reach ``cli.main`` (``Interrupted``)."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            raise Interrupted(exc) from None
 
     def format_options(self, ctx: Any, formatter: Any) -> None:
         rows: dict[str, list[tuple[str, str]]] = {"argument": [], "option": []}
