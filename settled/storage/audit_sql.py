@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..model import EventKind
-from .base import Figures
+from .ledger import Figures
 from .query import Dialect
 from .statements import render
 

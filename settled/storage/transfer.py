@@ -13,7 +13,9 @@ ledger (rule 17):
 4. Every table that holds history (records, events with their ids, kept callbacks)
    lands in the empty target in ONE transaction, which before its commit reads the
    target's own rows and compares them with the source's: counts and SHA-256 per
-   table, two independent reads. A difference rolls the target back: it stays empty.
+   table, two independent reads. The events of the ledger itself (a prune's audit)
+   land in it too, numbered anew, read back and compared. A difference rolls the
+   target back: it stays empty.
 5. The source is marked as moved (``ledger_moved``: the target's address without any
    password, and the time) in the transaction that held it still. From then on the
    database refuses every write of history to it, naming the new ledger.
@@ -23,17 +25,15 @@ This module speaks only through the ``Ledger`` interface; the backends own the S
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from ..clock import nap, to_text
 from ..errors import Conflict, LedgerError, LedgerMoved
-from . import truth
-from .base import History, Ledger
+from . import location, truth
+from .ledger import History, Ledger
 
 PAGE = 500
 WAIT_FOR_LEASES = 600.0  # s: the most --wait-for-leases waits, whatever the leases say
@@ -91,20 +91,8 @@ def tally(ledger: Ledger) -> Tally:
 
 
 def address(ledger: Ledger) -> str:
-    """Where ``ledger`` is, fit to be stored in another ledger and given to ``--db``:
-    an absolute path, or a URL without any password (user info's or a parameter)."""
-    location = ledger.location
-    if not location.startswith(("postgresql://", "postgres://")):
-        return os.path.abspath(location)
-    parts = urlsplit(location)
-    netloc = parts.netloc
-    userinfo, at, hosts = netloc.rpartition("@")
-    if at:
-        netloc = f"{userinfo.partition(':')[0]}@{hosts}" if userinfo.partition(":")[0] else hosts
-    query = urlencode(
-        [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "password"]
-    )
-    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
+    """Where ``ledger`` is, fit to be stored in another ledger (``location.address``)."""
+    return location.address(ledger.location)
 
 
 @dataclass
@@ -198,7 +186,8 @@ def copy_ledger(
                 if on_record is not None:
                     on_record(n)
 
-        target.restore(feed(), callbacks=view.rows("callbacks"), check=check)
+        audit = source.ledger_events()  # the ledger's own (prune's batches), in order
+        target.restore(feed(), callbacks=view.rows("callbacks"), check=check, ledger_events=audit)
         view.mark_moved(to, now)
     return CopyReport(source.location, target.location, copied, landed[0], to, now)
 

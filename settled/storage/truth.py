@@ -23,10 +23,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..errors import LedgerError
 from ..model import (
     CORRECTIONS,
     EVIDENCE_CORRECTIONS,
+    REDACTED,
+    TERMINAL,
     TRANSITIONS,
     Acceptance,
     ActionRecord,
@@ -35,22 +36,23 @@ from ..model import (
     EventKind,
     Status,
 )
-from .base import CALLBACK_COLUMNS, COLUMNS, History, from_row
-from .statements import EVENT_COLUMNS
+from . import columns
+from .columns import BOOLEAN, from_row
+from .ledger import Damaged, History
 
-CALLBACK_TABLE_COLUMNS = (*CALLBACK_COLUMNS, "state", "matched_at", "next_check_at")
+_TABLES = columns.TABLES
+
 # Every table that holds history, its columns and its key (the order rows are read in).
 TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "actions": (COLUMNS, ("action_id",)),
-    "events": (EVENT_COLUMNS, ("id",)),
-    "callbacks": (CALLBACK_TABLE_COLUMNS, ("provider", "event_id")),
+    name: (t.names, t.key) for name, t in _TABLES.items()
 }
-_JSON = {"actions": ("params", "snapshot", "declared"), "events": ("detail",)}
-_FLAGS = {"actions": ("requires_manual_verification",)}
-
-
-class Damaged(LedgerError):
-    """A row that cannot be read as what it must be: the ledger is damaged there."""
+# The columns that hold JSON text, and flags (0/1 on SQLite, booleans on PostgreSQL).
+_JSON = {
+    name: tuple(c.name for c in t.columns if c.codec.kind == "json") for name, t in _TABLES.items()
+}
+_FLAGS = {
+    name: tuple(c.name for c in t.columns if c.codec is BOOLEAN) for name, t in _TABLES.items()
+}
 
 
 class RowSource(Protocol):
@@ -62,8 +64,8 @@ class RowSource(Protocol):
 def canonical(location: str, table: str, row: Sequence[Any]) -> tuple[Any, ...]:
     """One stored row as both backends read it alike: flags as 0/1, JSON text parsed
     and written again with sorted keys. Raises ``Damaged`` naming the row."""
-    columns, key = TABLES[table]
-    values = dict(zip(columns, row, strict=True))
+    names, key = TABLES[table]
+    values = dict(zip(names, row, strict=True))
     where = ", ".join(f"{k} {values[k]!r}" for k in key)
     for name in _FLAGS.get(table, ()):
         if values[name] is not None:
@@ -87,7 +89,7 @@ def canonical(location: str, table: str, row: Sequence[Any]) -> tuple[Any, ...]:
                 f"ledger {location} is damaged: {table} row {where} cannot be read "
                 f"({type(exc).__name__}: {exc})"
             ) from None
-    return tuple(values[c] for c in columns)
+    return tuple(values[c] for c in names)
 
 
 @dataclass
@@ -141,7 +143,7 @@ def histories(source: RowSource) -> Iterator[History]:
     pending: tuple[Any, ...] | None = next(events, None)
     for row in source.rows("actions"):
         canonical(source.location, "actions", row)  # a damaged row is named, not a traceback
-        rec = from_row(dict(zip(COLUMNS, row, strict=True)))
+        rec = columns.from_values(row)
         log: list[Event] = []
         while pending is not None and pending[1] < rec.action_id:  # an event without its record
             pending = next(events, None)
@@ -152,18 +154,9 @@ def histories(source: RowSource) -> Iterator[History]:
 
 
 def event_of(location: str, row: Sequence[Any]) -> Event:
-    r = canonical(location, "events", row)
-    return Event(
-        id=r[0],
-        action_id=r[1],
-        at=r[2],
-        actor=r[3],
-        kind=r[4],
-        from_status=r[5],
-        to_status=r[6],
-        attempt=r[7],
-        detail=json.loads(row[8]),
-    )
+    """An events row as its event, once ``canonical`` has found it readable."""
+    canonical(location, "events", row)
+    return columns.event_of(row)
 
 
 # -- rule 18: history is the truth of state ------------------------------------------------
@@ -248,6 +241,7 @@ def replay(rec: ActionRecord, log: Sequence[Event]) -> list[Finding]:
             or (ev.kind == EventKind.CALLBACK and same)
             or (ev.kind == EventKind.RESOLVED and move in CORRECTIONS)
             or (ev.kind == EventKind.RECONCILED and move in EVIDENCE_CORRECTIONS)
+            or (ev.kind == EventKind.REDACTED and same and move[0] in TERMINAL)
         )
         if not allowed:
             out.append(
@@ -288,6 +282,59 @@ def replay(rec: ActionRecord, log: Sequence[Event]) -> list[Finding]:
     out += _axes(rec, reached, last)
     if reached is Status.CONFIRMED and rec.confirmed_by:
         out += _confirmed_by(rec, log)
+    return out + _redacted(rec, log)
+
+
+# -- redactions: what a ``redacted`` event erased stays erased -----------------------------
+
+
+def pointer(path: str) -> list[str]:
+    """A JSON pointer's tokens (``/a/b``; a bare name is a top-level key; ``""`` all)."""
+    if not path:
+        return []
+    if not path.startswith("/"):
+        return [path]
+    return [t.replace("~1", "/").replace("~0", "~") for t in path[1:].split("/")]
+
+
+def leaves(value: Any, where: str) -> Iterator[tuple[str, Any]]:
+    """Every value under ``value`` that is not erased: (its pointer, the value)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from leaves(v, f"{where}/{str(k).replace('~', '~0').replace('/', '~1')}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from leaves(v, f"{where}/{i}")
+    elif value is not None and value != REDACTED:
+        yield where, value
+
+
+def _redacted(rec: ActionRecord, log: Sequence[Event]) -> list[Finding]:
+    """Where the params hold a value again under a pointer a ``redacted`` event erased."""
+    out = []
+    for ev in log:
+        if ev.kind != EventKind.REDACTED:
+            continue
+        for path in ev.detail.get("fields", ()):
+            node: Any = rec.params
+            for t in pointer(str(path)):
+                if isinstance(node, dict) and t in node:
+                    node = node[t]
+                elif isinstance(node, list) and t.isdigit() and int(t) < len(node):
+                    node = node[int(t)]
+                else:
+                    node = None  # the shape is not the one erased: no value is there
+                    break
+            if next(leaves(node, str(path)), None) is not None:
+                out.append(
+                    Finding(
+                        rec.action_id,
+                        "params",
+                        f"a value at {path or '/'}",
+                        REDACTED,
+                        f"event {ev.id} redacted it",
+                    )
+                )
     return out
 
 
@@ -363,28 +410,163 @@ def _axes(rec: ActionRecord, reached: Status, last: Event) -> list[Finding]:
     return out
 
 
+@dataclass(frozen=True)
+class CountFinding:
+    """One count the writes keep (records of a status, provider and operation) that a
+    recount of the records disagrees with."""
+
+    status: str
+    provider: str
+    operation: str
+    kept: int
+    recounted: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "provider": self.provider,
+            "operation": self.operation,
+            "kept": self.kept,
+            "recounted": self.recounted,
+        }
+
+    def line(self) -> str:
+        return (
+            f"count of {self.status} {self.provider}/{self.operation}: kept {self.kept},"
+            f" records recounted {self.recounted}"
+        )
+
+
+def count_findings(
+    kept: Iterable[Sequence[Any]], recounted: Iterable[Sequence[Any]]
+) -> list[CountFinding]:
+    """Every (status, provider, operation) whose kept count (``Reads.counts`` rows)
+    differs from the recount of the records (``Reads.recount`` rows)."""
+    a = {(str(r[0]), str(r[1]), str(r[2])): int(r[3]) for r in kept}
+    b = {(str(r[0]), str(r[1]), str(r[2])): int(r[3]) for r in recounted}
+    return [
+        CountFinding(*key, a.get(key, 0), b.get(key, 0))
+        for key in sorted(set(a) | set(b))
+        if a.get(key, 0) != b.get(key, 0)
+    ]
+
+
+Checkpoint = tuple[int, int, "str | None"]  # (established, seen, snapshot): verify's mark
+
+
+def _in_progress(snapshot: str) -> tuple[int, int, bool]:
+    """A PostgreSQL snapshot's text ("xmin:xmax:xip,…"): xmin, xmax, and whether any
+    transaction was in progress."""
+    xmin, xmax, xip = snapshot.split(":")
+    return int(xmin), int(xmax), bool(xip)
+
+
+def established(prev: Checkpoint | None, top: int, snapshot: str | None) -> int:
+    """The event id up to which every event is final and its record checked, once a run
+    that read ``snapshot`` (its newest event ``top``) has checked every record with an
+    event after the previous run's ``established`` (``prev``).
+
+    Ids are numbered in order as events are written, but on PostgreSQL transactions
+    commit in any order: an event below ``top`` may belong to a transaction still in
+    progress, invisible to this run. So the mark moves to ``top`` only when no
+    transaction was in progress at the snapshot (SQLite's one writer: never, its
+    snapshot is None); else to the previous run's ``seen`` once every transaction in
+    progress at the previous run's snapshot had ended before this one's (what they
+    wrote is visible here, and was checked, as it is after ``established``); else it
+    stays. Time plays no part: a clock may step back, a sequence does not."""
+    since = prev[0] if prev else 0
+    if snapshot is None or not _in_progress(snapshot)[2]:
+        return max(since, top)
+    if prev is not None and (
+        prev[2] is None or _in_progress(snapshot)[0] >= _in_progress(prev[2])[1]
+    ):
+        return max(since, prev[1])
+    return since
+
+
+def verify_some(
+    location: str,
+    ids: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    events: Iterable[Sequence[Any]],
+    into: Verdict,
+    on_record: Callable[[int], None] | None = None,
+) -> None:
+    """The records ``ids`` (their ``rows``, and all their ``events``) replayed into the
+    verdict ``into``; an id with events and no record is a finding."""
+    logs: dict[str, list[Event]] = {}
+    for e in events:
+        logs.setdefault(str(e[1]), []).append(event_of(location, e))
+    found: set[str] = set()
+    for row in rows:
+        canonical(location, "actions", row)
+        rec = columns.from_values(row)
+        log = logs.get(rec.action_id, [])
+        found.add(rec.action_id)
+        into.records += 1
+        into.events += len(log)
+        into.findings += replay(rec, log)
+        if on_record is not None:
+            on_record(into.records)
+    for aid in ids:
+        if aid in found:
+            continue
+        for orphan in logs.get(aid, []):
+            into.events += 1
+            into.findings.append(
+                Finding(aid, "record", "missing", f"event {orphan.id}", _NO_RECORD)
+            )
+
+
+_NO_RECORD = "an event whose record is not in the ledger"
+
+
 @dataclass
 class Verdict:
-    """What ``verify`` found: how much it read and every disagreement."""
+    """What ``verify`` found: how much it read, every disagreement, and every kept
+    count a recount disagrees with."""
 
     records: int = 0
     events: int = 0
     findings: list[Finding] = field(default_factory=list)
+    counts: list[CountFinding] = field(default_factory=list)
+    # "full": every record; "incremental": those with an event after ``since`` (an
+    # event id), each checked once after its last event
+    mode: str = "full"
+    since: int | None = None
+    checkpoint: int | None = None  # the event id stored for the next run (None: not stored)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings and not self.counts
+
+    def lines(self) -> list[str]:
+        """One line per finding: the records', then the counts'."""
+        return [f.line() for f in self.findings] + [c.line() for c in self.counts]
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "mode": self.mode,
+            "since_event": self.since,
+            "checkpoint_event": self.checkpoint,
             "records": self.records,
             "events": self.events,
-            "ok": not self.findings,
+            "ok": self.ok,
             "findings": [f.to_json() for f in self.findings],
+            "counts": {"ok": not self.counts, "wrong": [c.to_json() for c in self.counts]},
         }
 
     def summary(self) -> str:
-        head = f"checked {self.records} records and {self.events} events"
-        if not self.findings:
-            return f"{head}: no disagreement"
+        changed = f" (those with an event after {self.since})" if self.mode == "incremental" else ""
+        head = f"checked {self.records} records{changed} and {self.events} events"
         n = len(self.findings)
-        return f"{head}: {n} disagreement{'s' if n != 1 else ''}"
+        text = (
+            f"{head}: {n} disagreement{'s' if n != 1 else ''}" if n else f"{head}: no disagreement"
+        )
+        if self.counts:
+            k = len(self.counts)
+            text += f"; {k} count{'s' if k != 1 else ''} wrong"
+        return text
 
 
 def verify(source: RowSource, on_record: Callable[[int], None] | None = None) -> Verdict:
@@ -408,7 +590,7 @@ def verify(source: RowSource, on_record: Callable[[int], None] | None = None) ->
                     "record",
                     "missing",
                     f"event {row[0]}",
-                    "an event whose record is not in the ledger",
+                    _NO_RECORD,
                 )
             )
     return v
@@ -422,6 +604,8 @@ def orphans(source: RowSource, known: Iterable[str] | None = None) -> list[tuple
 
 __all__ = [
     "TABLES",
+    "Checkpoint",
+    "CountFinding",
     "Damaged",
     "Digest",
     "Finding",
@@ -429,9 +613,14 @@ __all__ = [
     "TableDigest",
     "Verdict",
     "canonical",
+    "count_findings",
     "digest",
+    "established",
     "histories",
+    "leaves",
     "orphans",
+    "pointer",
     "replay",
     "verify",
+    "verify_some",
 ]

@@ -8,32 +8,30 @@ A ``Move`` (defined in ``settled.model``, the domain's vocabulary) is the one wa
 record changes: a guarded status change (checked against the transition table) plus
 the fields that go with it and the event that records it, applied only while the
 record is still where the mover last saw it. Every backend applies it here.
+
+This module knows no backend: ``Ledger.open`` asks the opener that the package
+(``settled.storage``, which does know them) sets, so the interface and its backends
+import each other in one direction only.
 """
 
 from __future__ import annotations
 
-import json
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from enum import Enum, StrEnum
-from typing import Any
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, ClassVar
 
-from ..clock import Clock, from_text
+from ..clock import Clock, from_text, plus, to_text
 from ..crashpoints import Probe, no_probe
-from ..errors import Conflict, NotFound
-from ..model import (
-    ActionRecord,
-    Callback,
-    Event,
-    Move,
-    PendingCallback,
-    Reported,
-    Status,
-)
-from .columns import COLUMNS, WRITABLE, from_row, to_row
+from ..errors import Conflict, InvalidInput, LedgerError, LedgerOutdated, NotFound
+from ..model import ActionRecord, Callback, Event, Move, PendingCallback, Status
+from .columns import CALLBACK_COLUMNS, COLUMNS, TABLES, WRITABLE, from_row, to_row
+from .event_log import LogFilter
 from .query import SORT_FIELDS
 
 # The record's columns are generated from ``ActionRecord`` in ``columns``, with
@@ -42,6 +40,8 @@ from .query import SORT_FIELDS
 
 # Statuses a due scan may take: a lost dispatcher, or a record waiting for evidence.
 DUE_STATUSES = (Status.IN_FLIGHT, Status.AWAITING_VERIFICATION, Status.DENIED_UNRESOLVED)
+# the same, as the SQL list a due scan filters on (the enum's values: never user input)
+DUE_SQL = "(" + ", ".join(f"'{s.value}'" for s in DUE_STATUSES) + ")"
 
 
 @dataclass(frozen=True)
@@ -49,13 +49,17 @@ class Selection:
     """Which records a listing wants, in which order; every value is a bound parameter
     (the SQL is ``storage.query``'s, the same on both backends).
 
-    ``match``: a case-insensitive substring of the reason, the contradiction or the
-    last event's detail (the provider's own words), searched for as text, never as a
-    pattern. ``sort``: one of ``query.SORT_FIELDS`` (``age``: youngest first); ties go
+    ``match``: a case-insensitive substring of the reason, the contradiction, the
+    last event's detail (the provider's own words) or the cause (``http 503``), searched for as text, never as a
+    pattern. ``search``: words (``query.search_terms``), each found, in any case,
+    somewhere in the record's id, its params' values or its reason, through the
+    ledger's search index. ``sort``: one of ``query.SORT_FIELDS`` (``age``: youngest first); ties go
     by creation time, then id; ``reverse`` flips the whole order (``newest_first`` is
     the older name for ``reverse`` of the default). ``limit``: at most that many rows,
     None for all of them; a negative limit is refused (``ValueError``), on every
-    backend, rather than read as "all" by one and "none" by another."""
+    backend, rather than read as "all" by one and "none" by another. ``after`` /
+    ``before``: the key values of a cursor (``query.read_cursor``): only the rows after
+    (or before) it in this order, still in this order; ``count`` ignores them."""
 
     statuses: Sequence[str] | None = None
     provider: str | None = None
@@ -65,18 +69,27 @@ class Selection:
     ids: Sequence[str] | None = None
     contradicted: bool = False  # only records whose terminal status later evidence contradicts
     also_contradicted: bool = False  # ``statuses``, and every contradicted record as well
+    # ``statuses``, and every open record whose last check could not be made as well
+    # (``check_error``: its provider asked for a pause, or could not be reached)
+    also_failing: bool = False
     delivery: Sequence[str] | None = None
     match: str | None = None
+    search: str | None = None
+    causes: Sequence[str] | None = None  # ``settled.cause`` codes; "contradicted" included
     sort: str = "created_at"
     reverse: bool = False
     limit: int | None = None
     newest_first: bool = False
+    after: Sequence[Any] | None = None
+    before: Sequence[Any] | None = None
 
     def __post_init__(self) -> None:
         if self.limit is not None and (isinstance(self.limit, bool) or self.limit < 0):
             raise ValueError(
                 f"limit must be a whole number >= 0, or None for all; got {self.limit!r}"
             )
+        if self.after is not None and self.before is not None:
+            raise ValueError("a page is read after one cursor or before one, not both")
         if self.sort not in SORT_FIELDS:
             raise ValueError(f"cannot sort by {self.sort!r}; use one of {', '.join(SORT_FIELDS)}")
 
@@ -150,8 +163,6 @@ class Figures:
         return self.confirmed_by_reconciliation + self.reconciled_absent
 
     def to_json(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
         out = asdict(self)
         out["unresolved_rate"] = self.unresolved_rate
         return out
@@ -226,6 +237,87 @@ def fold_stats(
     return out
 
 
+# The statuses a record may be pruned in: settled, nothing more can happen to it.
+SETTLED_STATUSES = (Status.CONFIRMED, Status.FAILED)
+
+
+@dataclass(frozen=True)
+class Prunable:
+    """Which records a prune takes: settled (``statuses``, a subset of
+    ``SETTLED_STATUSES``), last changed before ``before`` (their ``updated_at``: no
+    event for that long), of ``provider``/``operation`` when given; never a
+    contradicted one, one still scheduled for a check, or one a pending callback is
+    bound to. Every value is a bound parameter."""
+
+    before: str
+    statuses: tuple[str, ...] = tuple(str(s) for s in SETTLED_STATUSES)
+    provider: str | None = None
+    operation: str | None = None
+
+    def __post_init__(self) -> None:
+        bad = set(self.statuses) - {str(s) for s in SETTLED_STATUSES}
+        if bad or not self.statuses:
+            raise ValueError(
+                f"only settled records are pruned (CONFIRMED, FAILED); not {sorted(bad)}"
+            )
+
+
+@dataclass
+class PruneBatch:
+    """What one batch of a prune did in its one transaction: the records it took (in
+    id order, each with its whole event log), the audit row that allowed it (its id
+    in ``ledger_events``) and the last id, where the next batch starts."""
+
+    histories: list[History] = field(default_factory=list)
+    run: int | None = None
+
+    @property
+    def last(self) -> str | None:
+        return self.histories[-1][0].action_id if self.histories else None
+
+    @property
+    def events(self) -> int:
+        return sum(len(log) for _, log in self.histories)
+
+
+@dataclass(frozen=True)
+class LedgerEvent:
+    """An event of the ledger itself (``ledger_events``): a run that concerned many
+    records, such as one batch of a prune. Append-only, like every event."""
+
+    id: int
+    at: str
+    actor: str
+    kind: str
+    detail: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Erasure:
+    """What a redaction writes, in one transaction (``Ledger.redact``): the
+    ``redacted`` event (by ``actor`` at ``at``, with ``detail``), the record's new
+    ``params`` (canonical JSON text), ``reason`` and ``snapshot`` (JSON text), and
+    the new detail of each earlier event that repeated an erased value."""
+
+    at: str
+    actor: str
+    detail: Mapping[str, Any]
+    params: str
+    reason: str | None
+    snapshot: str | None
+    details: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+
+
+# Given a settled record and its events, the erasure to write (None: nothing to erase).
+Erase = Callable[[ActionRecord, list[Event]], "Erasure | None"]
+# Given one batch of records with their logs, inside its transaction: write them to the
+# archive, durably, and say what the batch's audit row records (``Ledger.prune_batch``).
+Keep = Callable[[list["History"]], Mapping[str, Any]]
+
+
 Expire = Callable[[ActionRecord], Move]
 History = tuple[ActionRecord, list[Event]]  # a record and its event log, oldest first
 # How a callback applies to the record it names (``policy.callback``): given the kept
@@ -248,8 +340,6 @@ RETRY_PENDING = (5.0, 600.0)  # s: a pass retries a pending callback after 5 s, 
 
 def retry_pending_at(now: datetime, tries: int) -> str:
     """When a pass next tries to match a pending callback that failed ``tries`` times."""
-    from ..clock import plus, to_text
-
     first, most = RETRY_PENDING
     return str(to_text(plus(now, min(first * 2 ** min(tries, 20), most))))
 
@@ -274,9 +364,22 @@ class CallbackFigures:
     oldest_pending: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class PostgresSettings:
+    """How a PostgreSQL ledger holds its connections (``[postgres]`` in settled.toml;
+    docs/postgres.md, "Connections"). ``pool_min``: connections kept open, the one
+    made when the ledger opens included; ``pool_max``: the most one ledger object holds
+    at once (threads beyond it wait up to ``busy_timeout`` for one, then
+    ``LedgerBusy``). ``pgbouncer``: the connections go through PgBouncer in
+    transaction mode, so no session state may outlive a transaction: no session
+    ``SET``, no server-side prepared statements. SQLite ignores all three."""
+
+    pool_min: int = 1
+    pool_max: int = 2
+    pgbouncer: bool = False
 
 
 class SchemaMode(Enum):
@@ -288,24 +391,46 @@ class SchemaMode(Enum):
     AS_IS = "as_is"  # open it as it is (``settled migrate`` itself)
 
 
-def _open(
-    location: str | Any, busy_timeout: float | None, create: bool, mode: SchemaMode, probe: Probe
-) -> Ledger:
-    import os
+def version_after(steps: Sequence[tuple[str, Any]], suffix: str) -> int:
+    """The schema version a ledger has once the step named ``NNN_<suffix>`` is applied:
+    its place in ``steps``, so a feature that needs a step asks by name, and the numbers
+    may move when steps are added beside it."""
+    for number, (name, _step) in enumerate(steps, 1):
+        if name.split("_", 1)[1] == suffix:
+            return number
+    raise LookupError(f"no schema step named *_{suffix}")
 
-    text = os.fspath(location)
-    if text.startswith(("postgresql://", "postgres://")):
-        from .postgres import PostgresLedger
 
-        pg: Ledger = PostgresLedger.connect(
-            text, create=create, probe=probe, busy_timeout=busy_timeout, mode=mode
+def check_schema(
+    where: str, found: int, latest: int, mode: SchemaMode, unreadable: Callable[[], list[str]]
+) -> bool:
+    """What opening does with a ledger of schema ``found`` (this settled writes
+    ``latest``): whether to migrate it now; a newer one, and an older one ``mode``
+    refuses, raise. ``unreadable``: the columns settled reads that it lacks."""
+    if found > latest:
+        try:
+            ours = version("settled")
+        except PackageNotFoundError:  # a source tree that was never installed
+            ours = "0+unknown"
+        raise LedgerError(
+            f"{where} was written by a newer settled (schema {found}; settled {ours} "
+            f"writes schema {latest}): upgrade settled (`settled --version` on the newer one "
+            "names its schema)"
         )
-        return pg
-    from .sqlite import SqliteLedger
+    if found == latest or mode is SchemaMode.AS_IS:
+        return False
+    if mode is SchemaMode.MIGRATE:
+        return True
+    if mode is SchemaMode.REFUSE or unreadable():
+        raise LedgerOutdated(where, found, latest)
+    return False  # READ: an older ledger that holds every column settled reads
 
-    return SqliteLedger.open_file(
-        text, busy_timeout=busy_timeout, create=create, probe=probe, mode=mode
-    )
+
+# How a location becomes a ledger (``Ledger.open``): the package sets it, as it knows
+# the backends; (location, busy_timeout, create, mode, probe).
+Opener = Callable[
+    [str, "float | None", bool, SchemaMode, Probe, "PostgresSettings | None"], "Ledger"
+]
 
 
 class Ledger(ABC):
@@ -321,6 +446,7 @@ class Ledger(ABC):
     backend: str = ""  # "sqlite" or "postgresql"
     thread_safe = False  # whether several threads may use one ledger object at once
     probe: Probe = no_probe  # crash points, armed by tests through the process entry
+    opener: ClassVar[Opener]  # set by ``settled.storage`` (its ``open_location``)
 
     @staticmethod
     def open(
@@ -331,9 +457,12 @@ class Ledger(ABC):
         migrate: bool = True,
         read_only: bool = False,
         probe: Probe = no_probe,
+        postgres: PostgresSettings | None = None,
     ) -> Ledger:
         """Open the ledger at ``location``: a file path (SQLite), or a
         ``postgresql://`` URL. ``create=False`` refuses to create a missing one.
+        ``postgres``: how a PostgreSQL ledger holds its connections
+        (``PostgresSettings``; its defaults when not given).
 
         ``migrate`` (the library's default) applies, as it opens, the schema steps an
         older ledger lacks. ``migrate=False`` refuses an older ledger with
@@ -345,14 +474,23 @@ class Ledger(ABC):
         mode = (
             SchemaMode.READ if read_only else SchemaMode.MIGRATE if migrate else SchemaMode.REFUSE
         )
-        return _open(location, busy_timeout, create and not read_only, mode, probe)
+        return Ledger.opener(
+            os.fspath(location), busy_timeout, create and not read_only, mode, probe, postgres
+        )
 
     @staticmethod
-    def open_for_migration(location: str | Any, *, busy_timeout: float | None = None) -> Ledger:
+    def open_for_migration(
+        location: str | Any,
+        *,
+        busy_timeout: float | None = None,
+        postgres: PostgresSettings | None = None,
+    ) -> Ledger:
         """Open an existing ledger as it is, whatever its schema (a newer one aside),
         for ``pending_steps``, ``backup`` and ``migrate``: what ``settled migrate``
         does. A missing ledger is a ``LedgerError`` naming its path."""
-        return _open(location, busy_timeout, False, SchemaMode.AS_IS, no_probe)
+        return Ledger.opener(
+            os.fspath(location), busy_timeout, False, SchemaMode.AS_IS, no_probe, postgres
+        )
 
     # -- the schema (rule 18: migrations are explicit and announced) ---------------------
 
@@ -377,8 +515,6 @@ class Ledger(ABC):
 
     def backup(self, target: str) -> None:
         """Write a consistent copy of the ledger to the new file ``target`` (SQLite)."""
-        from ..errors import InvalidInput
-
         raise InvalidInput(
             f"{self.location}: --backup copies SQLite ledgers only; back up a PostgreSQL "
             "ledger with pg_dump (e.g. pg_dump --schema=NAME --format=custom) first"
@@ -408,12 +544,31 @@ class Ledger(ABC):
     def events(self, action_id: str) -> list[Event]: ...
 
     @abstractmethod
+    def activity(self, now: str) -> tuple[int, str | None]:
+        """Whether a writer may still be at work, as ``settled migrate`` asks: the live
+        dispatch leases at ``now``, and when history was last written by any settled
+        of any version (the newest event's time or record's update; None: never)."""
+
+    @abstractmethod
+    def log(self, f: LogFilter | None = None) -> list[Event]:
+        """The audit: events as ``f`` selects them (by default, people's: verdicts,
+        refused verdicts, confirmations, retries and the checks they asked for), newest
+        first, at most ``f.limit`` (``event_log``)."""
+
+    @abstractmethod
     def records(self, selection: Selection | None = None) -> list[ActionRecord]:
         """Records matching ``selection``, oldest first (newest first when asked)."""
 
     @abstractmethod
     def count(self, selection: Selection | None = None) -> int:
         """How many records match ``selection`` (its limit ignored)."""
+
+    @abstractmethod
+    def causes(self, selection: Selection | None = None) -> list[tuple[bool, str, int]]:
+        """Why the records of ``selection`` are where they are, grouped as ``stats``
+        groups reasons: (contradicted, grouped reason or contradiction, count), most
+        first. Every selected record is in exactly one group (no reason: ""), so the
+        counts add up to ``count(selection)``."""
 
     def query(
         self,
@@ -435,11 +590,10 @@ class Ledger(ABC):
             )
         )
 
+    @abstractmethod
     def ids(self, prefix: str = "", limit: int = 200) -> list[str]:
         """Action ids that start with ``prefix`` (case-sensitive), in id order: shell
-        completion. Backends answer it with a range on the key."""
-        found = sorted(r.action_id for r in self.records() if r.action_id.startswith(prefix))
-        return found[:limit]
+        completion (a range on the key)."""
 
     @abstractmethod
     def stats(
@@ -456,12 +610,28 @@ class Ledger(ABC):
 
     @abstractmethod
     def status_counts(self) -> dict[tuple[str, str], int]:
-        """Records by (status, provider), for metrics."""
+        """Records by (status, provider), for metrics: from the kept counts."""
+
+    @abstractmethod
+    def counts(self) -> dict[tuple[str, str, str], int]:
+        """Records by (status, provider, operation), as the writes keep them in the
+        transaction of each write: read without a scan of the records."""
+
+    @abstractmethod
+    def fold_counts(self) -> None:
+        """Fold the counts of writers that have ended into one row per count (where
+        each writer keeps its own), so a read of the counts stays small. Changes no
+        figure."""
 
     @abstractmethod
     def check_failures(self) -> dict[str, int]:
         """Open records whose last check could not be made (``check_error``), by
         provider: the verifiers that are broken now (metrics, ``/healthz``)."""
+
+    @abstractmethod
+    def paused_checks(self) -> dict[str, int]:
+        """Those of ``check_failures`` whose provider asked for a pause (429/503), by
+        provider: an outage rather than a broken verifier (``settled stats``)."""
 
     @abstractmethod
     def rivals(self, rec: ActionRecord, limit: int = 5) -> list[str]:
@@ -507,9 +677,16 @@ class Ledger(ABC):
         its result is the existing record with ``False`` — callers compare params."""
 
     @abstractmethod
-    def move(self, move: Move) -> ActionRecord | None:
+    def move(self, move: Move, *, record: ActionRecord | None = None) -> ActionRecord | None:
         """Apply one move in its own transaction: the new record, or None when its
-        guard did not hold (the record had moved on)."""
+        guard did not hold (the record had moved on).
+
+        ``record``: the record as the mover holds it (the one it wrote, or read). The
+        move then applies only while no other move has changed the row since (its
+        ``updated_at`` is still the record's), and the new record is ``record`` with
+        the move applied: nothing is read back but the schedule (``lease_owner``,
+        ``next_check_at``, which a due scan may set without a move) where the move
+        does not set it."""
 
     @abstractmethod
     def commit(self, moves: Sequence[Move]) -> list[bool]:
@@ -547,6 +724,13 @@ class Ledger(ABC):
     @abstractmethod
     def hand_back(self, leased: Sequence[ActionRecord], *, owner: str) -> None:
         """Release records leased to ``owner`` unchecked: due again at once."""
+
+    @abstractmethod
+    def renew_leases(self, held: Sequence[tuple[str, str]], *, until: str) -> dict[str, int]:
+        """Move to ``until`` the check lease of every record still leased to an owner of
+        ``held`` (owner, the time its lease runs to now), not yet checked and written
+        nor handed back: the holder's heartbeat, one transaction. How many records each
+        owner still holds."""
 
     # -- copying a whole ledger (``settled migrate-ledger``) ------------------------------
 
@@ -598,10 +782,12 @@ class Ledger(ABC):
         *,
         callbacks: Iterable[Sequence[Any]] = (),
         check: Callable[[Any], None] | None = None,
+        ledger_events: Sequence[LedgerEvent] = (),
     ) -> int:
         """Write records and their events exactly as they were (ids, times, details),
-        and the kept callbacks' rows (``truth.CALLBACK_TABLE_COLUMNS``), all in ONE
-        transaction: the copy lands whole or not at all. Only for an empty ledger; an id
+        the kept callbacks' rows (``truth.CALLBACK_TABLE_COLUMNS``) and the events of
+        the ledger itself (in their order, numbered anew; read back and compared before
+        the commit), all in ONE transaction: the copy lands whole or not at all. Only for an empty ledger; an id
         already present is an error. ``check`` is called, before the commit, with a
         view of this ledger's rows inside that transaction (``truth.RowSource``): an
         error it raises leaves the ledger as it was. Returns how many records."""
@@ -624,20 +810,46 @@ class Ledger(ABC):
     def moved(self) -> tuple[str, str] | None:
         """Where this ledger was moved to and when (``migrate-ledger``), or None."""
 
-    def verify(self, on_record: Callable[[int], None] | None = None) -> Any:
-        """Every record replayed against its events, and every event without its
-        record (``truth.verify``): a ``truth.Verdict``. Reads only."""
-        from . import truth
+    @abstractmethod
+    def verify(self, on_record: Callable[[int], None] | None = None, *, full: bool = True) -> Any:
+        """Every record replayed against its events, every event without its record
+        and every kept count against a recount (``truth.verify``), from one snapshot:
+        a ``truth.Verdict``. ``full=False``: only the records with an event after the
+        checkpoint the last run that found nothing stored, each with its whole log
+        (``truth.established``). A run that finds nothing stores its checkpoint."""
 
-        return truth.verify(self, on_record)
+    # -- retention and erasure -------------------------------------------------------------
 
-    def _replay_summary(self) -> str:
-        """``integrity_check``'s share of rule 18: "ok", or what disagrees."""
-        verdict = self.verify()
-        if not verdict.findings:
-            return "ok"
-        n, first = len(verdict.findings), verdict.findings[0].line()
-        return f"{n} disagreement{'s' if n != 1 else ''} between records and events; {first}"
+    @abstractmethod
+    def prunable(self, which: Prunable) -> dict[tuple[str, str, str], int]:
+        """How many records a prune of ``which`` would take now, by (status, provider,
+        operation): the preview. Reads only."""
+
+    @abstractmethod
+    def prune_batch(
+        self, which: Prunable, *, after: str, size: int, at: str, actor: str, keep: Keep
+    ) -> PruneBatch:
+        """One bounded batch of a prune, in ONE transaction: take up to ``size``
+        records of ``which`` with an id after ``after`` (id order, their rows locked
+        where rows are), hand them with their events to ``keep`` (which archives them
+        and returns the audit's detail), write that audit as a ``pruned`` ledger event,
+        and delete the records and their events through the allowance it names. A
+        crash anywhere before the commit leaves the ledger as it was; nothing is
+        deleted that ``keep`` did not return from."""
+
+    @abstractmethod
+    def ledger_events(self, kind: str | None = None) -> list[LedgerEvent]:
+        """The events of the ledger itself, oldest first (of ``kind`` when given)."""
+
+    @abstractmethod
+    def redact(self, action_id: str, erase: Erase) -> ActionRecord | None:
+        """Erase values from one settled record in ONE transaction: its row locked
+        where rows are and read with its events, ``erase`` says what to write; the
+        ``redacted`` event first, then the record's params, reason and snapshot, then
+        the events that repeated a value, through the allowance that event names.
+        The record as it then is, or None when ``erase`` found nothing to erase.
+        ``NotFound`` when there is no such record; ``Conflict`` when it is not
+        settled (open, scheduled or contradicted): nothing is written."""
 
 
 class Still(ABC):
@@ -667,60 +879,6 @@ def moved_message(location: str, to: str, at: str) -> str:
     )
 
 
-def pending_from_row(row: Mapping[str, Any]) -> PendingCallback:
-    """A callbacks row (``CALLBACK_COLUMNS``) as the kept callback it is."""
-    cb = Callback(
-        provider=row["provider"],
-        event_id=row["event_id"],
-        scheme=row["scheme"],
-        names=row["names"],
-        key=row["key"],
-        status=row["status"],
-        reported=Reported(row["reported"]),
-        digest=row["digest"],
-        received_at=row["received_at"],
-        expires_at=row["expires_at"],
-        item=row["item"],
-    )
-    return PendingCallback(cb, row["action_id"], row["attempt"], int(row["tries"] or 0))
-
-
-CALLBACK_COLUMNS = (
-    "provider",
-    "event_id",
-    "scheme",
-    "names",
-    "key",
-    "status",
-    "reported",
-    "digest",
-    "received_at",
-    "expires_at",
-    "item",
-    "action_id",
-    "attempt",
-    "tries",
-)
-
-
-def callback_row(cb: Callback) -> dict[str, Any]:
-    """A new callback's row, pending until matched."""
-    return {
-        "provider": cb.provider,
-        "event_id": cb.event_id,
-        "scheme": cb.scheme,
-        "names": cb.names,
-        "key": cb.key,
-        "status": cb.status,
-        "reported": str(cb.reported),
-        "digest": cb.digest,
-        "item": cb.item,
-        "received_at": cb.received_at,
-        "expires_at": cb.expires_at,
-        "state": "pending",
-    }
-
-
 def same_action(existing: ActionRecord, new: ActionRecord) -> None:
     """``new`` may only reuse ``existing``'s id when it is the same action."""
     if (
@@ -739,21 +897,11 @@ def same_action(existing: ActionRecord, new: ActionRecord) -> None:
 # What the reads of settled (``show``, ``queue``, ``stats``, ``providers audit``) select,
 # by table: an older ledger whose tables hold all of these is read as it is by a
 # read-only open; one that lacks any is refused with "run `settled migrate`".
-READ_COLUMNS: dict[str, tuple[str, ...]] = {
-    "actions": COLUMNS,
-    "events": (
-        "id",
-        "action_id",
-        "at",
-        "actor",
-        "kind",
-        "from_status",
-        "to_status",
-        "attempt",
-        "detail",
-    ),
-    "callbacks": (*CALLBACK_COLUMNS, "state", "matched_at", "next_check_at"),
-}
+READ_COLUMNS: dict[str, tuple[str, ...]] = {name: t.names for name, t in TABLES.items()}
+
+
+class Damaged(LedgerError):
+    """A row that cannot be read as what it must be: the ledger is damaged there."""
 
 
 def missing_for_reads(
@@ -768,45 +916,43 @@ def missing_for_reads(
     ]
 
 
-def event_detail_text(detail: Mapping[str, Any]) -> str:
-    return json.dumps(detail, default=str)
-
-
-def recorded_detail(rec: ActionRecord) -> dict[str, Any]:
-    """The ``recorded`` event's evidence: the strategy fixed before anything leaves."""
-    return {
-        "tier": str(rec.tier),
-        "reconciliation_key": rec.reconciliation_key,
-        "eligible_at": rec.eligible_at,
-        "requires_manual_verification": rec.requires_manual_verification,
-    }
-
-
 __all__ = [
     "CALLBACK_COLUMNS",
     "COLUMNS",
     "DUE_STATUSES",
+    "READ_COLUMNS",
+    "SETTLED_STATUSES",
     "WRITABLE",
     "Ages",
     "CallbackFigures",
+    "Damaged",
     "Decide",
     "DueBatch",
+    "Erase",
+    "Erasure",
     "Expire",
     "Figures",
     "History",
+    "Keep",
     "Ledger",
+    "LedgerEvent",
     "Move",
+    "Opener",
+    "PostgresSettings",
+    "Prunable",
+    "PruneBatch",
+    "SchemaMode",
     "Selection",
     "Stats",
     "StatsCell",
     "Still",
     "Sweep",
     "Taken",
-    "callback_row",
+    "check_schema",
     "fold_stats",
     "from_row",
+    "missing_for_reads",
     "moved_message",
-    "pending_from_row",
     "retry_pending_at",
     "same_action",
     "sort_due",
