@@ -1,7 +1,10 @@
 """Signed provider callbacks as evidence (rule 16; docs/callbacks.md).
 
 - ``config``: ``[providers.NAME.callbacks]``, checked when settled.toml is loaded.
-- ``verify``: one signature check per scheme, over the raw body, before it is read.
+- ``schemes``: one class per signing scheme behind one protocol (the signature check,
+  the event id, the timestamp, the headers it requires, the sender's signer).
+- ``verify``: a provider's scheme checked over the raw body, before it is read, and
+  its timestamp judged by the ledger's clock; ``required_headers(cfg)``.
 - ``events``: a verified body read as events, every kept value bounded.
 - ``hooks``: ``Hooks.handle``, the one function a server mounts as
   ``POST /hooks/{provider}``; it answers with an ``Answer``.
@@ -27,8 +30,8 @@ _WHERE = {
 }
 
 if TYPE_CHECKING:
-    from .config import SCHEMES, CallbackConfig
     from .hooks import MAX_BODY, Answer, Hooks
+    from .settings import SCHEMES, CallbackConfig
 
 
 def __getattr__(name: str) -> Any:

@@ -3,6 +3,11 @@ array at ``list``) or a form. Every value settled keeps is checked and bounded h
 a key or an event id is a short printable string (or a whole number), a status is
 kept as text of at most ``MAX_STATUS`` characters; anything else in the body is
 never kept. What cannot be read is ``malformed``; what names no action is ``ignored``.
+
+What an event means is what the config's predicates say of the whole event (a form's
+fields are read as a JSON object of strings): ``applied``, else ``not_applied``, else
+``delivered``, else nothing. An event that both ``applied`` and ``not_applied`` hold
+is taken as neither: predicates that contradict each other prove nothing (rule 20).
 """
 
 from __future__ import annotations
@@ -17,13 +22,13 @@ from urllib.parse import parse_qsl
 
 from ..clock import plus, to_text
 from ..model import Callback, Reported
-from ..providers._shape import Pointer
-from .config import CallbackConfig, Field
+from ..providers._predicate import Reading
+from .schemes.scheme import too_deep
+from .settings import CallbackConfig, Field
 
 MAX_KEY = 300  # characters of a key or an event id
 MAX_STATUS = 200  # characters of a status kept as text
 MAX_ITEMS = 10_000  # events in one batch
-MAX_DEPTH = 64  # nesting a body may have (json.loads would recurse up to the C stack)
 
 
 class Malformed(Exception):
@@ -64,7 +69,7 @@ def read(
 
 def _parse(cfg: CallbackConfig, body: bytes, content_type: str) -> tuple[Any, bool]:
     kind = content_type.split(";", 1)[0].strip().lower()
-    form = kind == "application/x-www-form-urlencoded" or (not kind and cfg.scheme == "twilio")
+    form = kind == "application/x-www-form-urlencoded" or (not kind and cfg.signing.form)
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
@@ -74,8 +79,9 @@ def _parse(cfg: CallbackConfig, body: bytes, content_type: str) -> tuple[Any, bo
         fields: dict[str, str] = {}
         for k, v in pairs:
             fields.setdefault(k, v)  # a repeated field: its first value
-        if cfg.scheme == "github" and "payload" in fields:  # GitHub's form delivery
-            return _parse_json(fields["payload"], cfg)
+        payload = cfg.signing.form_payload  # a form whose field is the JSON (GitHub, Slack)
+        if payload is not None and payload in fields:
+            return _parse_json(fields[payload], cfg)
         return fields, False
     if kind and kind != "application/json" and not kind.endswith("+json"):
         raise Malformed(f"content type {kind!r}: send JSON or a form")
@@ -83,7 +89,7 @@ def _parse(cfg: CallbackConfig, body: bytes, content_type: str) -> tuple[Any, bo
 
 
 def _parse_json(text: str, cfg: CallbackConfig) -> tuple[Any, bool]:
-    if _too_deep(text):
+    if too_deep(text):
         raise Malformed("nested too deeply")
     try:
         doc = json.loads(text, parse_constant=_no_constant)
@@ -104,30 +110,6 @@ def _parse_json(text: str, cfg: CallbackConfig) -> tuple[Any, bool]:
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
-
-
-def _too_deep(text: str) -> bool:
-    """Whether brackets nest deeper than ``MAX_DEPTH`` (strings skipped), found without
-    building anything."""
-    depth = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            if depth > MAX_DEPTH:
-                return True
-        elif ch in "]}":
-            depth -= 1
-    return False
 
 
 def _item(  # noqa: PLR0913  (one argument per part of the event's identity)
@@ -151,13 +133,11 @@ def _item(  # noqa: PLR0913  (one argument per part of the event's identity)
     found, raw_status = _get(cfg.status, item, params)
     if not found:
         return Item(None, "ignored")
-    status, reported = _status(cfg, raw_status)
-    if cfg.scheme == "stripe":
-        found, raw_id = _get(_STRIPE_ID, item, params)
-        event_id = _identifier(raw_id) if found else None
-    elif own_id is not None:
+    status, reported = _status(raw_status), _meaning(cfg, item)
+    event_id: str | None
+    if own_id is not None:  # the scheme's own: a header, or the signature's token
         event_id = own_id
-    elif cfg.event_id is not None:
+    elif cfg.event_id is not None:  # a field: the config's, or the scheme's (Stripe's /id)
         found, raw_id = _get(cfg.event_id, item, params)
         event_id = _identifier(raw_id) if found else None
     else:  # twilio, and a sender with no event id: the object and its status together
@@ -207,18 +187,24 @@ def _surrogates(text: str) -> bool:
     return any(0xD800 <= ord(c) <= 0xDFFF for c in text)
 
 
-def _status(cfg: CallbackConfig, value: Any) -> tuple[str, Reported]:
-    """The status as kept (text, bounded, never markup: escaped when shown) and what
-    the config's lists say it means."""
-    reported = Reported.OTHER
-    for lst, meaning in (
-        (cfg.applied, Reported.APPLIED),
-        (cfg.not_applied, Reported.NOT_APPLIED),
-        (cfg.delivered, Reported.DELIVERED),
-    ):
-        if _member(value, lst):
-            reported = meaning
-            break
+def _meaning(cfg: CallbackConfig, item: Mapping[str, Any]) -> Reported:
+    """What the config's predicates say ``item`` reports (see the module's docstring)."""
+    seen = Reading(None, item)
+    applied = cfg.applied is not None and cfg.applied.holds(seen)
+    not_applied = cfg.not_applied is not None and cfg.not_applied.holds(seen)
+    if applied and not_applied:
+        return Reported.OTHER
+    if applied:
+        return Reported.APPLIED
+    if not_applied:
+        return Reported.NOT_APPLIED
+    if cfg.delivered is not None and cfg.delivered.holds(seen):
+        return Reported.DELIVERED
+    return Reported.OTHER
+
+
+def _status(value: Any) -> str:
+    """The status as kept: text, bounded, never markup (escaped when shown)."""
     if isinstance(value, str):
         text = value.encode("utf-8", "backslashreplace").decode("utf-8")
     elif isinstance(value, (bool, int, float)) or value is None:
@@ -231,20 +217,7 @@ def _status(cfg: CallbackConfig, value: Any) -> tuple[str, Reported]:
         text = "(an object)" if isinstance(value, dict) else "(an array)"
     if len(text) > MAX_STATUS:
         text = text[: MAX_STATUS - 1] + "…"
-    return text, reported
+    return text
 
-
-def _member(value: Any, options: tuple[Any, ...]) -> bool:
-    """Equality that keeps true apart from 1 (JSON true is not the number 1)."""
-    if isinstance(value, bool):
-        return any(type(o) is bool and o is value for o in options)
-    if isinstance(value, (int, float)):
-        return any(
-            isinstance(o, (int, float)) and not isinstance(o, bool) and o == value for o in options
-        )
-    return any(type(o) is type(value) and o == value for o in options)
-
-
-_STRIPE_ID = Field("/id", pointer=Pointer("/id", ("id",)))  # a Stripe event's own id
 
 __all__ = ["MAX_KEY", "Item", "Malformed", "read"]

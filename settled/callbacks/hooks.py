@@ -2,10 +2,12 @@
 the service mounts ``Hooks.handle`` as ``POST /hooks/{provider}``; a test or another
 server can call it directly.
 
-Order, for every request: the method, the provider, the body's size, the signature
-(over the raw bytes, before anything reads them), then the events, each recorded once
-per event id and applied to the record it names in one transaction with its dedupe
-row. What the sender gets back:
+Order, for every request: the method, the provider, the headers the scheme requires
+(all three answerable before the body is taken: ``before_body``), the body's size,
+the signature (over the raw bytes, before anything reads them), a handshake the
+scheme owes (Slack's challenge), then the events, each recorded once per event id and
+applied to the record it names in one transaction with its dedupe row. What the
+sender gets back:
 
 =====  ================  ==========================================================
 code   reason            when
@@ -14,8 +16,11 @@ code   reason            when
        pending,          counted in the JSON body by what became of it (a batch
        duplicate,        with one bad event is still 200: sending it again could
        ignored, batch    not make that event readable, and the others are kept)
+200    challenge         a signed handshake, answered as the scheme says; nothing
+                         is recorded
 400    malformed         signed, but the body cannot be read at all
-401    bad_signature     a missing or wrong signature (no detail)
+401    bad_signature     a missing or wrong signature (no detail); a missing
+                         signature header before the body is read
 401    stale             a signed timestamp outside ``tolerance``, either way
 404    unknown_provider  no such provider, or it has no ``[providers.NAME.callbacks]``
 405    method            not POST
@@ -39,10 +44,10 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .. import policy
+from .. import policy, tracing
 from ..errors import LedgerError
-from .config import CallbackConfig, resolve_secret
 from .events import Malformed, read
+from .settings import CallbackConfig, resolve_secrets
 from .verify import Refused, Verifier
 
 if TYPE_CHECKING:
@@ -92,7 +97,7 @@ class Hooks:
     ) -> None:
         environ = os.environ if env is None else env
         self._verifiers = {
-            name: Verifier(cfg, resolve_secret(cfg, environ)) for name, cfg in callbacks.items()
+            name: Verifier(cfg, resolve_secrets(cfg, environ)) for name, cfg in callbacks.items()
         }
         self.ledger = ledger
         self.clock = clock if clock is not None else ledger.clock()
@@ -117,6 +122,22 @@ class Hooks:
         """The providers whose callbacks are received."""
         return sorted(self._verifiers)
 
+    def before_body(self, provider: str, method: str, headers: Headers) -> Answer | None:
+        """What a request to ``/hooks/{provider}`` is answered from its method and
+        headers alone: 405, 404, or 401 when a header the scheme requires is missing
+        (``verify.required_headers``); None when its body must be read. A server may
+        call it before taking the body, so that an unsigned upload is never read."""
+        if method.upper() != "POST":
+            return Answer(405, {"error": "use POST"}, "method", provider)
+        verifier = self._verifiers.get(provider)
+        if verifier is None:
+            return Answer(
+                404, {"error": "no callbacks for this provider"}, "unknown_provider", provider
+            )
+        if verifier.missing(_headers(headers)):
+            return Answer(401, {"error": "unauthorized"}, "bad_signature", provider)
+        return None
+
     def handle(
         self, provider: str, method: str, headers: Headers, body: bytes, query: str = ""
     ) -> Answer:
@@ -125,24 +146,24 @@ class Hooks:
         bytes as received; ``query`` the URL's query string without ``?`` (the
         ``twilio`` scheme signs it, the ``token`` scheme reads it). Never raises for
         what a sender sent; a ``LedgerError`` is answered 503."""
-        if method.upper() != "POST":
-            return Answer(405, {"error": "use POST"}, "method", provider)
-        verifier = self._verifiers.get(provider)
-        if verifier is None:
-            return Answer(
-                404, {"error": "no callbacks for this provider"}, "unknown_provider", provider
-            )
+        hdrs = _headers(headers)  # once: pairs may come as an iterator
+        early = self.before_body(provider, method, hdrs)
+        if early is not None:
+            return early
+        verifier = self._verifiers[provider]
         if len(body) > self.max_body:
             return Answer(
                 413, {"error": "body too large", "max_body": self.max_body}, "too_large", provider
             )
-        hdrs = _headers(headers)
         try:
             with self._lock:
                 now = self.clock.now()
             signed = verifier.check(hdrs, body, query, now)
         except Refused as no:
             return Answer(no.status, {"error": "unauthorized"}, no.reason, provider)
+        reply = verifier.handshake(hdrs, body, query)
+        if reply is not None:
+            return Answer(200, reply, "challenge", provider)
         try:
             items = read(
                 verifier.cfg, body, hdrs.get("content-type", ""), query, signed.event_id, now
@@ -156,8 +177,15 @@ class Hooks:
                 if item.callback is None:
                     counts[item.reason] += 1
                     continue
-                with self._lock:
+                with self._lock, _callback_span(provider, item.callback) as s:
                     taken, move = self.ledger.take_callback(item.callback, policy.callback, now=now)
+                    tracing.note(
+                        s,
+                        **{
+                            "settled.outcome": str(taken),
+                            "settled.action_id": None if move is None else move.action_id,
+                        },
+                    )
                 counts[str(taken)] += 1
                 if move is not None and move.frm is not move.to:
                     moves.append((move.frm.value, move.to.value))
@@ -174,6 +202,18 @@ class Hooks:
         return Answer(
             200, {"received": len(items), **counts}, reason, provider, dict(counts), tuple(moves)
         )
+
+
+def _callback_span(provider: str, callback: Any) -> AbstractContextManager[Any]:
+    """The ``settled.callback`` span of one event a provider called back with."""
+    return tracing.span(
+        "settled.callback",
+        {
+            "settled.provider": provider,
+            "settled.callback.event_id": callback.event_id,
+            "settled.callback.status": callback.status,
+        },
+    )
 
 
 def _headers(headers: Headers) -> dict[str, str]:

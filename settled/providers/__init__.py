@@ -5,6 +5,15 @@ group (name = the ``type`` used in settled.toml, value = a factory
 ``create(name, conf, client) -> Provider``).
 
 Providers are built lazily, so commands that only read the ledger never import httpx.
+
+Two declarations of an operation belong to settled rather than to its provider type,
+so every type takes them in its ``[providers.NAME.operations.OP]`` table (for ``sim``
+and ``caldav``, whose operations are fixed, that table holds only these):
+``action_key`` (rule 21: the action id made from the params, ``settled.intent``) and
+``approval`` (``"client"`` or ``"person"``: who may confirm each action; declaring it
+means each action needs a confirmation). The registry takes them out before the
+provider type reads its table and lays them over the operations it declares
+(``Declared``).
 """
 
 from __future__ import annotations
@@ -12,14 +21,16 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Self
 
+from .. import intent
 from ..errors import ConfigError, UnknownProvider
 
 if TYPE_CHECKING:
     import httpx
 
-    from .base import OperationSpec, Provider
+    from .base import Observation, OperationSpec, Provider, QueryTarget, Request, WireResult
 
 Factory = Callable[[str, Mapping[str, Any], "httpx.Client"], "Provider"]
 
@@ -29,6 +40,9 @@ BUILTIN: dict[str, str] = {
     "caldav": "settled.providers.caldav:create",
 }
 ENTRY_POINT_GROUP = "settled.providers"
+# Per-operation keys every provider type takes (the registry reads them, not the type).
+SETTLED_KEYS = ("action_key", "approval")
+APPROVALS = ("client", "person")
 _KEY_PATH = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*: ")
 
 
@@ -107,6 +121,91 @@ def _transport() -> httpx.BaseTransport:
     return LazyTLSTransport()
 
 
+def split_declarations(
+    conf: Mapping[str, Any],
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """``conf`` without the keys settled reads itself (``SETTLED_KEYS``), and those keys
+    by operation. An operation table left empty is dropped, and so is an ``operations``
+    table left empty (``sim`` and ``caldav`` take none of their own)."""
+    ops = conf.get("operations")
+    if not isinstance(ops, Mapping):
+        return dict(conf), {}
+    own: dict[str, dict[str, Any]] = {}
+    kept: dict[str, Any] = {}
+    for op, table in ops.items():
+        if not isinstance(table, Mapping):
+            kept[op] = table  # the provider type says what is wrong with it
+            continue
+        mine = {k: v for k, v in table.items() if k in SETTLED_KEYS}
+        if mine:
+            own[str(op)] = mine
+        rest = {k: v for k, v in table.items() if k not in SETTLED_KEYS}
+        if rest or not mine:
+            kept[op] = rest
+    out = {k: v for k, v in conf.items() if k != "operations"}
+    if kept:
+        out["operations"] = kept
+    return out, own
+
+
+def declared(provider: Provider, own: Mapping[str, Mapping[str, Any]]) -> Provider:
+    """``provider`` with ``own`` laid over its operations, and every operation's
+    ``action_key`` and ``approval`` checked (a plug-in may declare them in its specs)."""
+    ops = dict(provider.operations())
+    for op in own:
+        if op not in ops:
+            raise ConfigError(
+                f"operations.{op}: {provider.name} has no operation {op!r} (it has: "
+                f"{', '.join(sorted(ops)) or 'none'})"
+            )
+    changed = False
+    for op, spec in ops.items():
+        table = own.get(op, {})
+        approval = table.get("approval", spec.approval)
+        if approval not in APPROVALS:
+            raise ConfigError(
+                f'operations.{op}.approval: {approval!r} is not allowed; use "client" (the '
+                'agent\'s client may ask the person) or "person" (only `settled confirm`, the '
+                "API or the console)"
+            )
+        key = table.get("action_key", spec.action_key)
+        if key is not None:
+            intent.parse(f"operations.{op}.action_key", key, spec.params_schema)
+        if table:
+            confirm = spec.needs_confirmation or "approval" in table
+            ops[op] = replace(spec, action_key=key, approval=approval, needs_confirmation=confirm)
+            changed = True
+    return Declared(provider, ops) if changed else provider
+
+
+class Declared:
+    """A provider whose operations carry what settled.toml declares for every provider
+    type (``SETTLED_KEYS``); everything else is the provider's own."""
+
+    def __init__(self, inner: Provider, ops: Mapping[str, OperationSpec]) -> None:
+        self._inner = inner
+        self._ops = dict(ops)
+        self.name = inner.name
+
+    def operations(self) -> Mapping[str, OperationSpec]:
+        return self._ops
+
+    def execute(self, request: Request) -> WireResult:
+        return self._inner.execute(request)
+
+    def query(self, target: QueryTarget) -> Observation:
+        return self._inner.query(target)
+
+    def snapshot(self, operation: str, params: Any) -> Any:
+        return self._inner.snapshot(operation, params)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def __getattr__(self, attr: str) -> Any:  # a type's extras: check_params, render
+        return getattr(self._inner, attr)
+
+
 class Registry:
     """Name → provider. Providers come from config sections or from ``add``."""
 
@@ -147,17 +246,33 @@ class Registry:
             )
         where = f"{self._source}: providers.{name}"
         factory = find_factory(str(conf.get("type")), where + ".type")
-        rest = {k: v for k, v in conf.items() if k != "type"}
+        rest, own = split_declarations({k: v for k, v in conf.items() if k != "type"})
         try:
-            provider = factory(name, rest, self.client)
+            provider = declared(factory(name, rest, self.client), own)
         except ConfigError as exc:
-            msg = str(exc)
-            if not msg.startswith(self._source):
-                # "operations.send.tier: …" continues the key path; anything else is a sentence.
-                msg = f"{where}.{msg}" if _KEY_PATH.match(msg) else f"{where}: {msg}"
-            raise ConfigError(msg) from None
+            placed = [self._placed(where, msg) for msg in exc.problems]
+            raise ConfigError(self._placed(where, str(exc)), placed) from None
         self._providers[name] = provider
         return provider
+
+    def _placed(self, where: str, msg: str) -> str:
+        """A provider's message with the file and ``providers.NAME`` in front of it."""
+        if msg.startswith(self._source):
+            return msg
+        # "operations.send.tier: …" continues the key path; anything else is a sentence.
+        return f"{where}.{msg}" if _KEY_PATH.match(msg) else f"{where}: {msg}"
+
+    def problems(self) -> list[str]:
+        """Every configuration problem of every provider, one line each (``settled
+        providers check``): what building them would refuse, all of it, not only the
+        first. Builds the providers that have none."""
+        out: list[str] = []
+        for name in self.names():
+            try:
+                self.provider(name)
+            except ConfigError as exc:
+                out += exc.problems
+        return out
 
     def operation(self, provider: str, operation: str) -> OperationSpec:
         ops = self.provider(provider).operations()

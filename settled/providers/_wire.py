@@ -22,6 +22,7 @@ for the last time and ``written_at`` is taken.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from urllib.parse import quote
 import httpcore
 import httpx
 
-from .. import crashpoints
+from .. import crashpoints, tracing
 from ..clock import steady
 from ._redact import Redactor
 from .base import Wire
@@ -296,7 +297,49 @@ def send(
 ) -> Exchange:
     """Put one request on the wire within a total deadline of ``timeout`` seconds and
     report what happened; never raises for transport trouble. The request is not
-    started once ``send_by`` (a ``settled.clock.steady()`` instant) has passed."""
+    started once ``send_by`` (a ``settled.clock.steady()`` instant) has passed.
+
+    With OpenTelemetry installed (``settled.tracing``), the request is an HTTP client
+    span and carries its W3C ``traceparent``."""
+    if not tracing.enabled():
+        return _send(client, request, timeout, send_by, extensions, redact)
+    scrub = redact or Redactor()
+    url = request.url
+    attributes = {
+        "http.request.method": request.method,
+        "server.address": url.host,
+        "server.port": url.port or (443 if url.scheme == "https" else 80),
+        "url.full": tracing.url_full(scrub(str(url))),
+    }
+    with tracing.span(request.method, attributes, client=True) as s:
+        carrier: dict[str, str] = {}
+        tracing.inject(carrier)
+        for name, value in carrier.items():
+            request.headers[name] = value
+        ex = _send(client, request, timeout, send_by, extensions, scrub)
+        if ex.status_code is not None:
+            tracing.note(s, **{"http.response.status_code": ex.status_code})
+        if ex.wire is not Wire.ANSWERED:
+            found = _ERROR_TYPE.search(ex.problem or "")
+            tracing.note(s, **{"error.type": found.group(1) if found else "_OTHER"})
+            tracing.failed(s, ex.problem or str(ex.wire))
+        elif ex.status_code is not None and ex.status_code >= 400:
+            tracing.note(s, **{"error.type": str(ex.status_code)})
+            tracing.failed(s, f"HTTP {ex.status_code}")
+    return ex
+
+
+_ERROR_TYPE = re.compile(r"\b([A-Z][A-Za-z0-9_]*(?:Error|Timeout|Exception|Passed))\b")
+
+
+def _send(
+    client: httpx.Client,
+    request: httpx.Request,
+    timeout: float,
+    send_by: float | None,
+    extensions: Mapping[str, Any] | None,
+    redact: Redactor | None,
+) -> Exchange:
     scrub = redact or Redactor()
     start = steady()
     if send_by is not None and start >= send_by:

@@ -66,6 +66,13 @@ class OperationSpec:
     # A person confirms each action before it is sent (agents ask through MCP
     # elicitation; elsewhere `settled confirm` sends it).
     needs_confirmation: bool = False
+    # Who may give that confirmation: "client" (the agent's client or framework may ask
+    # the person: MCP elicitation, an SDK's approval) or "person" (only `settled
+    # confirm`, the API or the console; never anything an agent's client reports).
+    approval: str = "client"
+    # Rule 21: the action id is made from the business arguments by this template
+    # (``settled.intent``), e.g. "receipt-{order_id}"; None: the caller names the action.
+    action_key: str | None = None
     # The query can prove absence (a declared 404 or ``not_applied`` status). It counts
     # only after the record's landing time (rule 9 in docs/rules.md), which the core enforces.
     absence_proof: bool = False
@@ -76,6 +83,15 @@ class OperationSpec:
     # The reconciliation key is this param's value (a business id such as an order
     # number), the same for every attempt, instead of a generated ``stl-…`` key.
     key_param: str | None = None
+    # "hex": the generated reconciliation key is 32 lowercase hex characters instead of
+    # ``stl-…``, for a provider that takes it as a client-chosen id of its own format.
+    key_format: str | None = None
+    # What proves the effect, what proves it absent, and what is taken as neither
+    # (unknown), in words: `settled providers` and `providers audit` show them (rules
+    # 19 and 20 in docs/rules.md).
+    effect: str = ""
+    absence: str = ""
+    neither: str = ""
 
     @property
     def window(self) -> float:
@@ -101,7 +117,13 @@ class OperationSpec:
             "predicate": self.predicate,
             "absence_proof": self.absence_proof,
             "key_param": self.key_param,
+            "key_format": self.key_format,
+            "proves_effect": self.effect,
+            "proves_absence": self.absence,
+            "proves_neither": self.neither,
             "needs_confirmation": self.needs_confirmation,
+            "approval": self.approval if self.needs_confirmation else None,
+            "action_key": self.action_key,
             "destructive": self.destructive,
         }
 

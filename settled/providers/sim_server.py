@@ -1,5 +1,6 @@
 """The simulated provider's server: a real HTTP/1.1 server on loopback with a scriptable
-fault plan and exact ground truth. Standard library only.
+fault plan and exact ground truth. Standard library only, with settled's callback
+signers.
 
 Operations (``POST /v1/{op}``, JSON body ``{"action_id", "reconciliation_key", "params"}``,
 header ``Idempotency-Key``) and their normal replies. A body without ``"params"`` is
@@ -34,17 +35,25 @@ answers overlap as a real provider's do.
 
 Callbacks: the server can call back, as Twilio, SendGrid or any Standard Webhooks sender
 does, reporting its ground truth for each effect it applies (``applied`` for a booking,
-``delivered`` for a message or a receipt, ``bounced``): ``SimServer(callback_url=…,
-callback_scheme="standard-webhooks" | "twilio", callback_secret=…, callback_when="before"
-| "after" | "both")``, or ``POST /_callbacks`` with those keys (without the prefix). "before"
-posts the signed callback and waits for its answer before the reply is written (a
-provider whose callback overtakes its reply); "after" posts it once the reply is out.
+``delivered`` for a message or a receipt, ``bounced``): ``SimServer(callbacks=
+CallbackPlan(url, scheme, secret, when, options))``, or ``POST /_callbacks`` with those
+keys. ``scheme`` is any of settled's callback schemes, and the callback is signed by
+that scheme's own signer (``settled.callbacks.schemes``), so none is special here;
+``options`` are the scheme's own keys as settled.toml has them (``header`` for
+``hmac-sha256``, ``public_key`` for ``sendgrid``), and ``url`` is the one the callback
+goes to. ``secret`` is what the sender holds (the private key for ``sendgrid``).
+"before" posts the signed callback and waits for its answer before the reply is written
+(a provider whose callback overtakes its reply); "after" posts it once the reply is out.
 ``POST /_plan`` takes an optional ``"callback"`` (a ``when`` for that action alone, or
-"none"). Standard Webhooks: JSON ``{"type": "effect.status", "data": {"id", "action_id",
-"reconciliation_key", "status"}}`` with ``webhook-id`` / ``webhook-timestamp`` /
-``webhook-signature``; Twilio: a form (``MessageSid``, ``MessageStatus``, ``ActionId``,
-``Key``) signed in ``X-Twilio-Signature`` over ``callback_url``. Each delivery and the
-answer it got are in the ground truth (``callbacks``).
+"none"). The body is JSON ``{"type": "effect.status", "data": {"id", "action_id",
+"reconciliation_key", "status"}}``, with the callback's own id where the scheme reads
+one from the body (Stripe's ``/id``); a scheme whose sender posts forms gets the form
+``MessageSid``, ``MessageStatus``, ``ActionId``, ``Key``. Each delivery and the answer it
+got are in the ground truth (``callbacks``).
+
+An outage of its queries: ``SimServer.unavailable(503)`` (or ``POST /_unavailable``
+{"status": 503}) answers every ``GET /v1/...`` with that code until
+``unavailable(None)`` (``{"status": null}``).
 
 Scripting: ``POST /_plan`` {"action_id", "faults": [...]}, ``POST /_reset``,
 ``GET /_truth``, ``PUT /_settings/{name}`` {"value"} (a change "by someone else").
@@ -58,9 +67,6 @@ Run it alone with ``python -m settled.providers.sim_server [--port N] …``.
 from __future__ import annotations
 
 import argparse
-import base64
-import hashlib
-import hmac
 import json
 import math
 import secrets
@@ -72,11 +78,14 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 from urllib.parse import unquote, urlencode
+
+from ..callbacks.schemes import SCHEMES, Message, Scheme
+from ..errors import ConfigError, SettledError
 
 OPERATIONS = ("book", "send", "deliver", "notify", "set")
 
@@ -117,9 +126,10 @@ class _Outcome:
     effect: dict[str, Any] | None = None  # what a callback reports (a first application)
 
 
-CALLBACK_SCHEMES = ("standard-webhooks", "twilio")
+CALLBACK_SCHEMES = tuple(SCHEMES)
 CALLBACK_WHEN = ("before", "after", "both", "none")
 _CALLBACK_TIMEOUT = 10.0  # s a callback waits for the hook's answer
+_FORM = "application/x-www-form-urlencoded"
 
 
 @dataclass(frozen=True)
@@ -130,6 +140,8 @@ class CallbackPlan:
     scheme: str = "standard-webhooks"
     secret: str = ""
     when: str = "after"
+    options: Mapping[str, Any] = field(default_factory=dict)
+    signer: Scheme = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.scheme not in CALLBACK_SCHEMES:
@@ -139,32 +151,58 @@ class CallbackPlan:
         if not self.url.startswith(("http://", "https://")):
             raise ValueError(f"callback url {self.url!r} must be http:// or https://")
 
-    def request(self, effect: dict[str, Any], now: float) -> tuple[bytes, dict[str, str]]:
-        """The signed callback for ``effect``: body and headers, as the sender signs it."""
-        if self.scheme == "twilio":
+        def refuse(key: str, problem: str) -> ConfigError:
+            return ConfigError(f"callback option {key}: {problem}")
+
+        table = {"url": self.url.partition("?")[0], **self.options}
+        try:
+            signer = SCHEMES[self.scheme].parse(table, refuse)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        object.__setattr__(self, "signer", signer)  # made once, from the frozen fields
+        try:  # a secret the scheme cannot sign with is refused now, not in a handler
+            self.request({"id": "", "action_id": "", "reconciliation_key": "", "status": ""}, 0)
+        except (ValueError, TypeError, SettledError) as exc:
+            raise ValueError(
+                f"callback secret: {self.scheme} cannot sign with it ({exc})"
+            ) from None
+
+    def unsigned(self, effect: dict[str, Any], event_id: str) -> Message:
+        """The callback for ``effect`` before it is signed: its body, content type and
+        the query string of ``url``."""
+        if self.signer.form:
             params = {
                 "MessageSid": str(effect["id"] or ""),
                 "MessageStatus": effect["status"],
                 "ActionId": effect["action_id"],
                 "Key": effect["reconciliation_key"] or "",
             }
-            text = self.url + "".join(k + params[k] for k in sorted(params))
-            mac = hmac.new(self.secret.encode(), text.encode(), hashlib.sha1).digest()
-            return urlencode(params).encode(), {
-                "Content-Type": "application/x-www-form-urlencoded",
-                "X-Twilio-Signature": base64.b64encode(mac).decode(),
-            }
-        body = json.dumps({"type": "effect.status", "data": effect}).encode()
-        msg_id = "msg_" + secrets.token_hex(12)
-        stamp = str(int(now))
-        key = base64.b64decode(self.secret.removeprefix("whsec_") + "==")
-        mac = hmac.new(key, f"{msg_id}.{stamp}.".encode() + body, hashlib.sha256).digest()
-        return body, {
-            "Content-Type": "application/json",
-            "webhook-id": msg_id,
-            "webhook-timestamp": stamp,
-            "webhook-signature": "v1," + base64.b64encode(mac).decode(),
-        }
+            body, ctype = urlencode(params).encode(), _FORM
+        else:
+            doc: dict[str, Any] = {"type": "effect.status", "data": effect}
+            if self.signer.event_field:
+                _put(doc, self.signer.event_field, event_id)
+            body, ctype = json.dumps(doc).encode(), "application/json"
+        return Message(body, {"Content-Type": ctype}, self.url.partition("?")[2])
+
+    def request(self, effect: dict[str, Any], now: float) -> tuple[str, bytes, dict[str, str]]:
+        """The signed callback for ``effect``: the URL it goes to, its body and headers,
+        as the sender signs them."""
+        event_id = "msg_" + secrets.token_hex(12)
+        base = self.url.partition("?")[0]
+        signed = self.signer.sign(
+            self.secret, self.unsigned(effect, event_id), url=base, now=now, event_id=event_id
+        )
+        target = base + (f"?{signed.query}" if signed.query else "")
+        return target, signed.body, dict(signed.headers)
+
+
+def _put(doc: dict[str, Any], pointer: str, value: str) -> None:
+    """Set ``value`` at a JSON pointer of plain names, making the objects on the way."""
+    *path, last = [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:]]
+    for name in path:
+        doc = doc.setdefault(name, {})
+    doc[last] = value
 
 
 def _json(code: int, obj: Any) -> _Reply:
@@ -217,6 +255,7 @@ class SimServer:
         self.default_fault = default_fault
         self.huge_bytes = huge_bytes
         self.callbacks = callbacks  # None: the server never calls back
+        self.queries_answer: int | None = None  # every query answers this code (an outage)
         self._lock = threading.Lock()
         self._stopping = threading.Event()  # hanging handlers wait on this
         self._httpd: _HTTPServer | None = None
@@ -296,6 +335,11 @@ class SimServer:
         with self._lock:
             self._plans.setdefault(action_id, deque()).extend(faults)
 
+    def unavailable(self, code: int | None = 503) -> None:
+        """Answer every query (``GET /v1/...``) with ``code`` and no Retry-After from now
+        on (a provider in an outage: 503, 429, 500…); None answers them again."""
+        self.queries_answer = code
+
     def reset(self) -> None:
         with self._lock:
             self._init_state()
@@ -324,9 +368,9 @@ class SimServer:
         import urllib.error
         import urllib.request
 
-        body, headers = plan.request(effect, time.time())
+        target, body, headers = plan.request(effect, time.time())
         sent: dict[str, Any] = {**effect, "when": moment, "code": None, "answer": None}
-        req = urllib.request.Request(plan.url, data=body, headers=headers, method="POST")  # noqa: S310 - loopback test double
+        req = urllib.request.Request(target, data=body, headers=headers, method="POST")  # noqa: S310 - loopback test double
         try:
             with urllib.request.urlopen(req, timeout=_CALLBACK_TIMEOUT) as res:  # noqa: S310
                 sent["code"], sent["answer"] = res.status, res.read(4096).decode("utf-8", "replace")
@@ -622,6 +666,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.sim.pause(self.sim.latency)  # a query to a far provider waits too
         if path == "/_truth":
             return self._send(_json(200, self.sim.truth()))
+        outage = self.sim.queries_answer
+        if outage is not None and path.startswith("/v1/"):
+            return self._send(_json(outage, {"error": f"unavailable (HTTP {outage})"}))
         if path.startswith("/v1/effects/"):
             view = self.sim.effect_view(unquote(path[len("/v1/effects/") :]))
             return self._send(
@@ -653,6 +700,12 @@ class _Handler(BaseHTTPRequestHandler):
             return self._plan(body, error)
         if path == "/_callbacks":
             return self._callbacks(body, error)
+        if path == "/_unavailable":
+            code = body.get("status") if isinstance(body, dict) and not error else "bad"
+            if code is not None and (isinstance(code, bool) or not isinstance(code, int)):
+                return self._send(_json(400, {"error": 'body must be {"status": 503 or null}'}))
+            self.sim.unavailable(code)
+            return self._send(_json(200, {"status": code}))
         if path.startswith("/v1/"):
             return self._operation(path[len("/v1/") :], body, error)
         self._send(_json(404, {"error": f"no route POST {path}"}))
@@ -679,12 +732,16 @@ class _Handler(BaseHTTPRequestHandler):
     def _callbacks(self, body: Any, error: str) -> None:
         if error or not isinstance(body, dict) or not isinstance(body.get("url"), str):
             return self._send(_json(400, {"error": error or 'body must be {"url": str, ...}'}))
+        options = body.get("options", {})
+        if not isinstance(options, dict):
+            return self._send(_json(400, {"error": '"options" must be an object'}))
         try:
             plan = CallbackPlan(
                 body["url"],
                 str(body.get("scheme", "standard-webhooks")),
                 str(body.get("secret", "")),
                 str(body.get("when", "after")),
+                options,
             )
         except ValueError as exc:
             return self._send(_json(400, {"error": str(exc)}))
@@ -793,13 +850,35 @@ def main(argv: list[str] | None = None) -> int:
         "--callback-secret", default="", help="the secret callbacks are signed with"
     )
     parser.add_argument("--callback-when", default="after", choices=CALLBACK_WHEN)
+    parser.add_argument(
+        "--callback-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one of the scheme's own keys, as in settled.toml (e.g. header=X-Signature)",
+    )
     args = parser.parse_args(argv)
+    options = {k: v for k, _, v in (o.partition("=") for o in args.callback_option)}
 
     # A list, not a threading.Event: Event.set in a handler can wait forever on the
     # lock of the very Event.wait the signal interrupted.
     stop: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stop.append(signum))
+    try:
+        callbacks = (
+            CallbackPlan(
+                args.callback_url,
+                args.callback_scheme,
+                args.callback_secret,
+                args.callback_when,
+                options,
+            )
+            if args.callback_url
+            else None
+        )
+    except ValueError as exc:
+        parser.error(str(exc))  # one line and exit 2, as for any other bad argument
     server = SimServer(
         port=args.port,
         honour_keys=not args.no_honour_keys,
@@ -807,11 +886,7 @@ def main(argv: list[str] | None = None) -> int:
         hang=args.hang,
         default_fault=args.default_fault,
         latency=args.latency,
-        callbacks=CallbackPlan(
-            args.callback_url, args.callback_scheme, args.callback_secret, args.callback_when
-        )
-        if args.callback_url
-        else None,
+        callbacks=callbacks,
     )
     with server:
         print(server.url, flush=True)
