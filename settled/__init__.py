@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 # (PEP 562), so that `import settled.cli` and a command like `settled show ID --json`
 # load only the modules they need.
 _EXPORTS: dict[str, tuple[str, ...]] = {
-    "agents": ("ToolResult", "check", "tool"),
+    "agents": ("check", "tool"),
+    "toolbox": ("ToolResult",),
     "dispatch": ("Dispatcher",),
     "sending": ("DispatchSettings", "Outcome", "Report", "Result"),
     "errors": (
@@ -49,11 +50,10 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 
 # What a type checker reads instead of the table above (`X as X`: a re-export).
-# tests/test_api.py holds these imports and the table to the same names.
+# tests/integration/test_api.py holds these imports and the table to the same names.
 if TYPE_CHECKING:
     __version__: str
 
-    from .agents import ToolResult as ToolResult
     from .agents import check as check
     from .agents import tool as tool
     from .dispatch import Dispatcher as Dispatcher
@@ -90,6 +90,7 @@ if TYPE_CHECKING:
     from .sending import Result as Result
     from .session import Session as Session
     from .storage import Ledger as Ledger
+    from .toolbox import ToolResult as ToolResult
 
 
 def __getattr__(name: str) -> Any:

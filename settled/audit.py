@@ -50,8 +50,8 @@ from .providers.base import OperationSpec
 from .storage import Figures, Ledger
 
 if TYPE_CHECKING:
-    from .callbacks.config import CallbackConfig
-    from .storage.base import CallbackFigures
+    from .callbacks.settings import CallbackConfig
+    from .storage.ledger import CallbackFigures
 
 MIN_EVIDENCE = 5  # records needed before history overrules a declaration
 LATE_SHARE = 0.05  # share of late observations that makes a window too short
@@ -113,7 +113,7 @@ class OperationAudit:
 @dataclass
 class AuditReport:
     operations: list[OperationAudit]
-    # per provider with callbacks: the scheme, whether it is the weaker token one, and
+    # per provider with callbacks: the scheme, whether it is weaker (the body unsigned), and
     # the kept callbacks by state (pending ones name no record yet)
     callbacks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -159,14 +159,12 @@ def _with_callbacks(op: OperationAudit, cb: CallbackConfig) -> None:
         q2.answer, q2.debt = ("partly" if weak else "yes"), False
         q2.why = (
             f"a {cb.scheme} callback reports the terminal state ("
-            + ("a shared token, not a signature: weaker" if weak else "signed, fresh, matched")
+            + ("nothing signs the body: weaker" if weak else "signed, fresh, matched")
             + f"); {q2.why}"
         )
     if cb.weaker:
         op.suggestions.append(
-            f"{op.provider}'s callbacks use the token scheme: a secret in the URL or basic "
-            "auth, no signature over the body (weaker); use a signing scheme if the sender "
-            "has one"
+            f"{op.provider}'s callbacks use the {cb.scheme} scheme (weaker): {cb.weakness}"
         )
 
 

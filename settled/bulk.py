@@ -36,14 +36,15 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from datetime import datetime
 from itertools import chain, islice
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from . import policy
-from .clock import nap
+from .clock import freeze_start_up, from_text, nap
 from .errors import Conflict, InvalidInput, LedgerError
-from .model import Acceptance, ActionRecord, Declared, Delivery, Move, Status, action_id_problem
+from .model import ActionRecord, Declared, Move, action_id_problem
 from .sending import (
     EXISTS,
     Attempt,
@@ -55,7 +56,8 @@ from .sending import (
     retry_problem,
     with_reason,
 )
-from .storage.base import same_action
+from .storage.columns import after_move
+from .storage.ledger import same_action
 from .throttle import Gate
 
 if TYPE_CHECKING:
@@ -67,6 +69,7 @@ if TYPE_CHECKING:
 
 DEFAULT_GROUP = 64  # actions per claim transaction (see docs/performance.md)
 DEFAULT_FLUSH_AFTER = 0.2  # s an outcome may wait for its group's commit
+POLL = 0.1  # s the writing thread waits for an outcome before it looks for a stop again
 MAX_LINE = 1024 * 1024  # bytes in one input line; a longer one is a bad line, never read whole
 
 
@@ -281,6 +284,7 @@ class _BulkSend(ABC):
         self._queued: list[tuple[_Claimed, Future[None]]] = []  # handed to the pool
         self._stopping = False
         self._stop_requested = stop_requested or (lambda: False)
+        self._lease_end: datetime | None = None  # the last lease of the claims sent so far
         # In this thread (concurrency 1) the next group waits for the last one's outcomes;
         # with a pool, it is claimed as soon as no request waits in the pool's queue.
         self._refill = 1 if concurrency == 1 else concurrency + 1
@@ -288,16 +292,18 @@ class _BulkSend(ABC):
     # ------------------------------------------------------------------ the loop
     def run(self, lines: Iterable[Line]) -> Iterator[Settled]:
         """Dispatch every line; yield each line's result once it is durable."""
+        freeze_start_up()
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="settled-send")
         source = iter(lines)
         finished: list[_Done] = []
         exhausted = False
         completed = False
         failure: BaseException | None = None
+        forced = False
         try:
             while True:
                 if not self._stopping and self._stop_requested():
-                    self._stopping = True  # read and start nothing more; report the rest
+                    self._stop()  # read and start nothing more; report the rest
                 if finished and (
                     len(finished) >= self.group
                     or self._inflight == 0
@@ -335,39 +341,64 @@ class _BulkSend(ABC):
                     else:
                         finished.append(got)
             completed = True
+        except KeyboardInterrupt:
+            forced = True  # a second Ctrl-C: wait for nothing more
+            raise
         finally:
-            self._wind_down(pool, finished, completed=completed)
+            self._wind_down(pool, finished, completed=completed, wait=not forced)
         if failure is not None:
             raise failure
 
+    def _stop(self) -> None:
+        """Start nothing more: what waits in the pool's queue is never sent."""
+        self._stopping = True
+        for item, future in self._queued:
+            if future.cancel():  # never started: provably never sent
+                self._unsent(item)
+        self._queued = []
+
     def _wind_down(
-        self, pool: ThreadPoolExecutor, finished: list[_Done], *, completed: bool
+        self, pool: ThreadPoolExecutor, finished: list[_Done], *, completed: bool, wait: bool
     ) -> None:
-        """However the loop ended, every request that left gets its outcome recorded;
-        if it ended early, nothing more starts and what never started is unsent."""
+        """However the loop ended, every request that left gets its outcome recorded
+        (``wait``: within the last lease of those in flight, after which no try of
+        theirs can still be under way); if it ended early, nothing more starts and what
+        never started is unsent. Without ``wait`` (a second Ctrl-C) only the outcomes
+        already in are written: the actions still in flight stay IN_FLIGHT until their
+        lease lapses, then reconciliation settles them (never a second send)."""
         if not completed:  # abandoned, interrupted or failed: start nothing more
-            self._stopping = True
-            for item, future in self._queued:
-                if future.cancel():  # never started: provably never sent
-                    self._unsent(item)
-        # The requests already out still get their outcomes.
+            self._stop()
+        deadline = self._last_lease()
         while self._inflight:
-            got = self._done.get()
+            left = deadline - time.monotonic() if wait else 0.0
+            try:
+                got = (
+                    self._done.get(timeout=max(left, 0.0)) if left > 0 else self._done.get_nowait()
+                )
+            except queue.Empty:
+                break  # honestly IN_FLIGHT: their leases lapse, reconciliation settles them
             self._inflight -= 1
             if got.error is None:
                 finished.append(got)
         if finished:
             for _ in self._commit(finished):
                 pass
-        pool.shutdown(wait=True)
+        pool.shutdown(wait=wait, cancel_futures=True)
+
+    def _last_lease(self) -> float:
+        """The monotonic time by which every claimed action's lease has lapsed."""
+        if self._lease_end is None:
+            return time.monotonic()
+        left = (self._lease_end - self.d.clock.now()).total_seconds()
+        return time.monotonic() + max(left, 0.0) + 1.0
 
     def _next(self, finished: list[_Done]) -> list[_Done]:
         """Every finished send there is, waiting for one at most until the oldest
         outcome in hand is due for its commit."""
         got: list[_Done] = []
-        timeout = None
+        timeout = POLL  # then the loop looks for a stop request again
         if finished:
-            timeout = max(0.0, finished[0].at + self.flush_after - time.monotonic())
+            timeout = min(timeout, max(0.0, finished[0].at + self.flush_after - time.monotonic()))
         while self._inflight:
             try:
                 one = self._done.get(timeout=timeout) if not got else self._done.get_nowait()
@@ -393,11 +424,16 @@ class _BulkSend(ABC):
     def _send(self, claimed: list[_Claimed], pool: ThreadPoolExecutor) -> None:
         self._queued = [x for x in self._queued if not x[1].done()]
         for item in claimed:
-            self._inflight += 1
+            lease = from_text(item.record.lease_expires_at)
+            if lease is not None and (self._lease_end is None or lease > self._lease_end):
+                self._lease_end = lease
             if self.concurrency == 1:
+                self._inflight += 1
                 self._work(item)  # in this thread: no hand-over cost when nothing overlaps
             else:
-                self._queued.append((item, pool.submit(self._work, item)))
+                future = pool.submit(self._work, item)
+                self._inflight += 1  # counted once handed over: an outcome will come
+                self._queued.append((item, future))
 
     def _work(self, item: _Claimed) -> None:
         """One claimed action's tries (a pool thread); its outcome move, not written."""
@@ -447,7 +483,7 @@ class _BulkSend(ABC):
         d.probe("after_group_outcome")
         for x, ok in zip(done, held, strict=True):
             assert x.attempt is not None and x.move is not None
-            written = moved(x.item.record, x.move) if ok else None
+            written = after_move(x.item.record, x.move) if ok else None
             rec = x.item.record
             try:
                 report = d.finish(x.attempt, x.move, written)
@@ -654,7 +690,7 @@ class BulkRetry(_BulkSend):
                 continue
             declared = d.declared_for(rec)
             reopen = policy.reopen(rec, declared, now, actor=d.actor, recheck=check.note)
-            fresh = moved(rec, reopen)
+            fresh = after_move(rec, reopen)
             snapshot = (
                 self.provider.snapshot(rec.operation, rec.params) if declared.snapshots else None
             )
@@ -693,29 +729,6 @@ class BulkRetry(_BulkSend):
             )
         self._send(claimed, pool)
         yield from lost
-
-
-_ENUMS: dict[str, Callable[[Any], Any]] = {
-    "status": Status,
-    "delivery": Delivery,
-    "acceptance": Acceptance,
-}
-
-
-def moved(rec: ActionRecord, move: Move) -> ActionRecord:
-    """The record as a move whose guard held left it: what the guarded UPDATE wrote
-    (its values, its status, ``updated_at``), without reading the row back."""
-    values: dict[str, Any] = {}
-    for key, raw in move.values.items():
-        if key == "snapshot" and isinstance(raw, str):
-            values[key] = json.loads(raw)
-        elif key in _ENUMS and raw is not None:
-            values[key] = _ENUMS[key](raw)
-        else:
-            values[key] = raw
-    if move.kind is not None and not move.kind.changes_nothing:
-        values["status"] = move.to
-    return replace(rec, **values, updated_at=move.at)
 
 
 def summary(results: Iterable[Settled]) -> dict[str, int]:

@@ -15,6 +15,7 @@ agree; a reboot takes a new anchor from the wall clock.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Callable
@@ -61,9 +62,28 @@ def to_text(dt: None) -> None: ...
 @overload
 def to_text(dt: datetime | None) -> str | None: ...
 def to_text(dt: datetime | None) -> str | None:
+    """``dt`` as stored text: UTC, ``YYYY-MM-DDTHH:MM:SS.ffffffZ``, always 27 characters
+    (``strftime``'s ``%Y`` drops a leading zero before the year 1000).
+
+    A move formats the same instant several times (its time, the verification it
+    starts at that time, its event), so the last instant formatted is kept with its
+    text: the one formatting a move needs, not seven (the pair is replaced whole, so
+    threads that format at once each read a consistent one)."""
     if dt is None:
         return None
-    return dt.astimezone(UTC).strftime(_FMT)
+    last, text = _LAST[0]
+    if dt == last:
+        return text
+    u = dt if dt.tzinfo is UTC else dt.astimezone(UTC)
+    text = (
+        f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}"
+        f".{u.microsecond:06d}Z"
+    )
+    _LAST[0] = (dt, text)
+    return text
+
+
+_LAST: list[tuple[datetime, str]] = [(datetime(1, 1, 1, tzinfo=UTC), "0001-01-01T00:00:00.000000Z")]
 
 
 def from_text(text: str | None) -> datetime | None:
@@ -96,6 +116,21 @@ def nap(seconds: float) -> None:
     and no clock step can break it."""
     if seconds > 0:
         threading.Event().wait(seconds)
+
+
+def freeze_start_up() -> None:
+    """The collector's pauses, once per process: what start-up made (modules, providers
+    and their HTTP clients, the ledger) lives as long as the process, so the cyclic
+    collector is told never to walk it again (``gc.freeze``). A bulk run calls it as it
+    starts, a reconciler when its first pass ends; without it a run of a thousand
+    actions pays full collections of tens of thousands of objects that never die
+    (docs/performance.md). Only the first call freezes."""
+    if not _FROZEN:
+        _FROZEN.append(True)
+        gc.freeze()
+
+
+_FROZEN: list[bool] = []
 
 
 class Clock:
@@ -134,6 +169,39 @@ class SteadyClock(Clock):
     def drift(self) -> float:
         """System clock minus this clock, in seconds (positive: stepped forward)."""
         return (self._system() - self.now()).total_seconds()
+
+
+class FollowingClock(SteadyClock):
+    """Another clock's time (a database's), read on this host: its last reading plus
+    the steady time elapsed since (``SteadyClock``), read again every ``refresh``
+    seconds. The first reading is taken when it is made; a later one that fails with
+    one of ``errors`` keeps the clock counting from the one before (``on_error`` hears
+    why)."""
+
+    def __init__(
+        self,
+        read: Callable[[], tuple[datetime, float]],
+        refresh: float,
+        errors: tuple[type[Exception], ...],
+        on_error: Callable[[Exception], None],
+    ) -> None:
+        wall, at = read()
+        super().__init__(wall, at)
+        self._read = read
+        self._refresh = refresh
+        self._errors = errors
+        self._on_error = on_error
+        self._checked = at
+
+    def now(self) -> datetime:
+        s = steady()
+        if s - self._checked >= self._refresh:
+            self._checked = s
+            try:
+                self._wall, self._at = self._read()
+            except self._errors as exc:
+                self._on_error(exc)
+        return super().now()
 
 
 class FakeClock(Clock):

@@ -14,32 +14,65 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from . import checks
+from .address import parse_listen
 from .errors import ConfigError, SettledError
 
 if TYPE_CHECKING:
-    from .callbacks.config import CallbackConfig
+    from .callbacks.settings import CallbackConfig
 
-TOP_KEYS = {"ledger", "dispatch", "reconcile", "daemon", "providers", "serve"}
+TOP_KEYS = {"ledger", "postgres", "dispatch", "reconcile", "daemon", "providers", "serve"}
 # Requests in flight at once to one provider, by provider type, unless the provider's
 # ``max_in_flight`` or a ``--concurrency`` says otherwise. The sim answers on loopback
 # in well under a millisecond: threads cost more client CPU than they save there. An
 # ``http`` provider is a real API answering in tens to hundreds of ms (figures and
 # reasons in docs/performance.md).
 DEFAULT_IN_FLIGHT = {"sim": 1, "http": 16, "caldav": 4}
+# Seconds a provider may answer 429/503 or not at all to every check before the daemon
+# calls it an outage (a warning, the gauge settled_provider_outage, /healthz, an alert):
+# longer than any Retry-After a healthy API sends for a burst (policy.MAX_HOLD is 300 s
+# too), short enough that a provider stuck on 503 pages someone within minutes.
+DEFAULT_OUTAGE_AFTER = 300.0
+MAX_OUTAGE_AFTER = 86400.0
+# [postgres]: the connections one ledger object holds (docs/postgres.md, "Connections")
+DEFAULT_POOL_MIN = 1  # kept open: the one made when the ledger opens
+DEFAULT_POOL_MAX = 2  # at most, at once
+MAX_POOL = 100
+# [reconcile] batch: the due rows one claim leases, a slice small enough that daemons
+# sharing a ledger take turns (settled.reconcile.DEFAULT_BATCH; docs/postgres.md)
+DEFAULT_SLICE = 25
 MAX_CONCURRENCY = 100  # threads for one run's requests: the shared client keeps 100 connections
 SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "ledger": {"path": str, "url": str, "busy_timeout": (int, float)},
+    "postgres": {"pool_min": int, "pool_max": int, "pgbouncer": bool},
     "dispatch": {"lease_grace": (int, float), "backoff": (int, float), "group": int},
     "reconcile": {"batch": int, "lease": (int, float), "concurrency": int},
     "daemon": {"interval": (int, float)},
 }
-SERVE_KEYS = ("hosts", "listen", "max_body", "tokens", "ui")
+SERVE_KEYS = (
+    "body_timeout",
+    "bodies_per_client",
+    "head_timeout",
+    "hosts",
+    "listen",
+    "max_body",
+    "max_connections",
+    "tokens",
+    "ui",
+)
 UI_KEYS = ("proxy_roles", "session_secret", "session_ttl", "trusted_proxies", "user_header")
 DEFAULT_SESSION_TTL = 8 * 3600  # s a console login lasts: one working day
 MAX_SESSION_TTL = 7 * 24 * 3600
 TOKEN_KEYS = ("roles", "secret")
 ROLES = ("read", "dispatch", "operate")  # dispatch and operate include read
 DEFAULT_MAX_BODY = 1024 * 1024  # bytes of a request body `settled serve` reads
+# The service's connection limits (docs/serve.md, settled.serve.connections): a request's
+# head must arrive within 10 s and its body within 30 s (1 MiB at 35 KiB/s); 4,096
+# connections at once (kept below the descriptor limit at start); 256 bodies read at once
+# per client address before they are authenticated (callbacks, console logins).
+DEFAULT_HEAD_TIMEOUT = 10.0
+DEFAULT_BODY_TIMEOUT = 30.0
+DEFAULT_MAX_CONNECTIONS = 4096
+DEFAULT_BODIES_PER_CLIENT = 256
 MAX_MAX_BODY = 64 * 1024 * 1024
 _TOKEN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
@@ -72,11 +105,16 @@ class UiConfig:
 
 @dataclass
 class ServeConfig:
-    """``[serve]``: where ``settled serve`` listens, the body cap, the API tokens and
-    the extra host names it answers to (behind a reverse proxy)."""
+    """``[serve]``: where ``settled serve`` listens, the body cap, the connection
+    limits, the API tokens and the extra host names it answers to (behind a reverse
+    proxy)."""
 
-    listen: str | None = None  # HOST:PORT; None: the default (settled.serve.address)
+    listen: str | None = None  # HOST:PORT; None: the default (settled.address)
     max_body: int = DEFAULT_MAX_BODY
+    head_timeout: float = DEFAULT_HEAD_TIMEOUT
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    bodies_per_client: int = DEFAULT_BODIES_PER_CLIENT
     tokens: dict[str, ServeToken] = field(default_factory=dict)
     hosts: tuple[str, ...] = ()
     ui: UiConfig = field(default_factory=UiConfig)
@@ -88,15 +126,20 @@ class Config:
     ledger_path: str | None = None
     ledger_url: str | None = None  # a postgresql:// URL, ${VAR}s expanded
     busy_timeout: float | None = None
+    pool_min: int = DEFAULT_POOL_MIN  # [postgres]
+    pool_max: int = DEFAULT_POOL_MAX
+    pgbouncer: bool = False
     lease_grace: float = 30.0
     backoff: float = 0.05
     dispatch_group: int | None = None  # bulk: actions per claim transaction
-    reconcile_batch: int = 200
+    reconcile_batch: int = DEFAULT_SLICE
     reconcile_lease: float = 60.0
     daemon_interval: float = 5.0
     reconcile_concurrency: int | None = None  # None: each provider type's default
     providers: dict[str, dict[str, Any]] = field(default_factory=dict)
     max_in_flight: dict[str, int] = field(default_factory=dict)  # provider -> requests at once
+    # provider -> seconds its checks may fail (429/503, unreachable) before it is an outage
+    outage_after: dict[str, float] = field(default_factory=dict)
     # provider -> its [providers.NAME.callbacks] (rule 16), checked; secrets not read yet
     callbacks: dict[str, CallbackConfig] = field(default_factory=dict)
     serve: ServeConfig = field(default_factory=ServeConfig)
@@ -210,6 +253,7 @@ def from_dict(
         cfg.ledger_url = _ledger_url(cfg, ledger)
     if "busy_timeout" in ledger:
         cfg.busy_timeout = float(ledger["busy_timeout"])
+    _postgres(cfg, data.get("postgres", {}))
     disp = data.get("dispatch", {})
     cfg.lease_grace = float(disp.get("lease_grace", cfg.lease_grace))
     cfg.backoff = float(disp.get("backoff", cfg.backoff))
@@ -249,10 +293,26 @@ def _check_sections(cfg: Config, data: dict[str, Any]) -> None:
             if keys[key] is str:
                 if not isinstance(value, str) or not value:
                     raise ConfigError(f"{cfg.where(dotted)} must be a non-empty string")
+            elif keys[key] is bool:
+                if not isinstance(value, bool):
+                    raise ConfigError(f"{cfg.where(dotted)} must be true or false")
             elif keys[key] is int:
                 checks.whole_number(cfg.where(dotted), value)
             else:
                 checks.number(cfg.where(dotted), value)
+
+
+def _postgres(cfg: Config, pg: dict[str, Any]) -> None:
+    """``[postgres]``: checked for kind by ``_check_sections``, here for range."""
+    cfg.pool_min = int(pg.get("pool_min", cfg.pool_min))
+    cfg.pool_max = int(pg.get("pool_max", max(cfg.pool_max, cfg.pool_min)))
+    cfg.pgbouncer = bool(pg.get("pgbouncer", cfg.pgbouncer))
+    if cfg.pool_max > MAX_POOL:
+        raise ConfigError(f"{cfg.where('postgres.pool_max')} must be at most {MAX_POOL}")
+    if cfg.pool_max < cfg.pool_min:
+        raise ConfigError(
+            f"{cfg.where('postgres.pool_max')} must be at least pool_min ({cfg.pool_min})"
+        )
 
 
 def _providers(cfg: Config, providers: Any) -> None:
@@ -277,8 +337,20 @@ def _providers(cfg: Config, providers: Any) -> None:
                     f"number >= 1 (requests in flight at once), got {limit!r}"
                 )
             cfg.max_in_flight[name] = limit
+        if "outage_after" in own:  # settled's own too: how long before a provider is down
+            after = own.pop("outage_after")
+            if (
+                isinstance(after, bool)
+                or not isinstance(after, (int, float))
+                or not (0 < after <= MAX_OUTAGE_AFTER)
+            ):
+                raise ConfigError(
+                    f"{cfg.where('providers.' + name + '.outage_after')} must be a number of "
+                    f"seconds > 0 and <= {MAX_OUTAGE_AFTER:g} (a day), got {after!r}"
+                )
+            cfg.outage_after[name] = float(after)
         if "callbacks" in own:  # settled's own too: checked here, whatever the provider's type
-            from .callbacks.config import parse
+            from .callbacks.settings import parse
 
             cfg.callbacks[name] = parse(name, own.pop("callbacks"), source=cfg.source or "config")
         cfg.providers[name] = own
@@ -288,8 +360,6 @@ def _serve(cfg: Config, serve: Any) -> None:
     """[serve] and its [serve.tokens.NAME] tables: checked here, for every command, so
     a typo is found before anything runs; token secrets are read from the environment
     only by ``settled serve`` itself."""
-    from .serve.address import parse_listen
-
     if not isinstance(serve, dict):
         raise ConfigError(f"{cfg.where('serve')} must be a table ([serve])")
     for key in serve:
@@ -313,6 +383,12 @@ def _serve(cfg: Config, serve: Any) -> None:
         if value > MAX_MAX_BODY:
             raise ConfigError(f"{where} must be at most {MAX_MAX_BODY} bytes (64 MiB), got {value}")
         out.max_body = value
+    for key in ("head_timeout", "body_timeout"):
+        if key in serve:
+            setattr(out, key, checks.number(cfg.where(f"serve.{key}"), serve[key], positive=True))
+    for key in ("max_connections", "bodies_per_client"):
+        if key in serve:
+            setattr(out, key, checks.whole_number(cfg.where(f"serve.{key}"), serve[key]))
     if "hosts" in serve:
         hosts = serve["hosts"]
         where = cfg.where("serve.hosts")

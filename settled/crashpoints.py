@@ -16,6 +16,10 @@ adds ``after_group_claim`` (a group's claims committed, none of its requests sen
 ``between_requests`` (a request of the group answered, the next not yet started) and
 ``after_group_outcome`` (a group's outcomes committed, none reported yet). The daemon
 passes ``daemon_scheduled`` (its schedule made and running, its loop not yet started).
+A prune (``settled.retention``) passes ``prune:in_batch`` (a batch's first record
+written to the archive, its seal not), ``prune:sealed`` (a batch sealed and durable,
+its records not yet deleted), each also as ``…:N`` for batch N, and
+``before_commit:pruned``; a redaction passes ``before_commit:redacted``.
 """
 
 from __future__ import annotations
@@ -44,6 +48,10 @@ POINTS = (
     "between_requests",
     "after_group_outcome",
     "daemon_scheduled",
+    "prune:in_batch",
+    "prune:sealed",
+    "before_commit:pruned",
+    "before_commit:redacted",
 )
 
 

@@ -27,12 +27,13 @@ from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from . import crashpoints, policy
+from . import crashpoints, policy, tracing
 from .clock import Clock, from_text, steady
 from .crashpoints import Probe, no_probe
-from .errors import LedgerError, OutcomeNotRecorded, TransitionNotAllowed
+from .errors import Conflict, LedgerError, OutcomeNotRecorded, SettledError, TransitionNotAllowed
+from .intent import intended_id, intent_conflict
 from .model import ActionRecord, Declared, Move, Status, WireResult, check_action_id
-from .policy import Verdict
+from .policy import ReplyProof
 from .providers.base import Provider, Providers
 from .sending import (
     DEFAULT_BACKOFF,
@@ -97,6 +98,7 @@ class Dispatcher:
         spec = self.registry.operation(provider, operation)
         needs_confirmation = needs_confirmation or bool(getattr(spec, "needs_confirmation", False))
         check_params_json(params)
+        action_id = intended_id(spec, params, action_id)
         # A provider may refuse params it could never send: nothing is recorded.
         self.registry.check_params(provider, operation, params)
         rec = policy.new_record(
@@ -107,14 +109,23 @@ class Dispatcher:
             declared=Declared.of(spec),
             now=self.clock.now(),
         )
-        if needs_confirmation:
-            record, created = self.ledger.record(rec, actor=self.actor)
-            if not created:
-                return as_found(record, EXISTS)
-            return Report(
-                Outcome.RECORDED, record, message="recorded; run `settled confirm` to dispatch it"
-            )
-        return self._record_and_send(rec)
+        try:
+            if needs_confirmation:
+                record, created = self.ledger.record(rec, actor=self.actor)
+                if not created:
+                    return as_found(record, EXISTS)
+                return Report(
+                    Outcome.RECORDED,
+                    record,
+                    message="recorded; run `settled confirm` to dispatch it",
+                )
+            return self._record_and_send(rec)
+        except Conflict:
+            if not spec.action_key:
+                raise
+            raise Conflict(
+                intent_conflict(spec.action_key, self.ledger.find(rec.action_id))
+            ) from None
 
     def submit_many(
         self,
@@ -165,7 +176,6 @@ class Dispatcher:
         unknown ids as ``missing``. A provider that cannot be built here fails its
         records' lines (nothing sent for them); the others go on."""
         from .bulk import DEFAULT_GROUP, BulkRetry, Line, Settled
-        from .errors import SettledError
 
         lines: dict[str, list[Line]] = {}
         for n, aid in enumerate(dict.fromkeys(action_ids), 1):
@@ -192,12 +202,21 @@ class Dispatcher:
                 continue
             yield from bulk.run(todo)
 
-    def confirm(self, action_id: str) -> Report:
-        """Rule 8 (docs/rules.md): the late-confirmation race, answered honestly."""
+    def confirm(self, action_id: str, *, params_hash: str | None = None) -> Report:
+        """Rule 8 (docs/rules.md): the late-confirmation race, answered honestly.
+
+        ``params_hash`` binds an approval to the params a person was shown: when the
+        record's params are no longer those (a redaction), the approval is refused
+        (``Conflict``) and nothing is sent; a new approval must be asked."""
         record = self.ledger.find(action_id)
         if record is None:
             return Report(
                 Outcome.NOT_FOUND, None, message=f"no action {action_id!r}", action_id=action_id
+            )
+        if params_hash is not None and record.params_hash != params_hash:
+            raise Conflict(
+                f"action {action_id!r} no longer has the params the person approved; nothing "
+                "was sent: ask for a new approval"
             )
         if record.terminal:
             return Report(
@@ -216,6 +235,19 @@ class Dispatcher:
         if record.status is Status.PENDING:
             return self._send(record)
         return Report(Outcome.IN_PROGRESS, record, None, f"already {record.status}")
+
+    def decline(self, action_id: str, why: str) -> Report:
+        """A person (or whoever was asked for them) did not approve ``action_id``: the
+        refusal is an event on the PENDING record, and nothing is sent. The record
+        stays PENDING: only a later confirmation sends it, once. A record that has
+        moved on is returned as it stands, with nothing written."""
+        record = self.ledger.get(action_id)
+        if record.status is not Status.PENDING:
+            return as_found(record, f"not declined: already {record.status}")
+        moved = self.ledger.move(policy.declined(record, self.clock.now(), self.actor, why))
+        if moved is None:  # confirmed (or retried) by another caller meanwhile
+            return as_found(self.ledger.get(action_id), "not declined: confirmed elsewhere")
+        return Report(Outcome.RECORDED, moved, None, f"declined: {why}; nothing sent")
 
     def retry(self, action_id: str, *, recheck: bool = True) -> Report:
         """Open attempt N+1 (new idempotency key) — only from FAILED, i.e. after
@@ -294,7 +326,7 @@ class Dispatcher:
         )
         taken = self._claim(record, declared, snapshot)
         self.probe("before_claim")
-        claimed = self.ledger.move(taken.move)
+        claimed = self.ledger.move(taken.move, record=record)  # not read back: we hold it
         if claimed is None:  # another caller won the claim: report what it left
             current = self.ledger.get(record.action_id)
             return as_found(current, f"claimed by another caller; now {current.status}")
@@ -316,12 +348,25 @@ class Dispatcher:
         self, claimed: ActionRecord, declared: Declared, provider: Provider, taken: policy.Claim
     ) -> Report:
         """Send a claimed action within the one retry budget; write its outcome."""
-        sent = self.send_claimed(claimed, declared, provider, taken)
-        move = self.outcome_move(sent)
-        try:
-            return self.finish(sent, move, self.ledger.move(move))
-        except LedgerError as exc:
-            raise self.not_recorded(sent, move, exc) from None
+        named = tracing.record(claimed.action_id, claimed.provider, claimed.operation, claimed.tier)
+        with tracing.span("settled.dispatch", {**named, "settled.attempt": claimed.attempt}) as s:
+            sent = self.send_claimed(claimed, declared, provider, taken)
+            move = self.outcome_move(sent)
+            try:
+                report = self.finish(sent, move, self.ledger.move(move, record=claimed))
+            except LedgerError as exc:
+                tracing.failed(s, "the outcome could not be recorded")
+                raise self.not_recorded(sent, move, exc) from None
+            rec = report.record
+            tracing.note(
+                s,
+                **{
+                    "settled.outcome": str(report.outcome),
+                    "settled.status": None if rec is None else str(rec.status),
+                    "settled.result": None if report.result is None else str(report.result),
+                },
+            )
+            return report
 
     def send_claimed(
         self,
@@ -336,6 +381,7 @@ class Dispatcher:
         ``gate`` holds the provider's limit on requests in flight and its Retry-After.
         Its outcome is ``outcome_move``'s to say and the caller's to write."""
         sent = Attempt(claimed, declared, taken)
+        named = tracing.record(claimed.action_id, claimed.provider, claimed.operation, claimed.tier)
         for n in range(1, max(1, declared.attempts) + 1):
             with _slot(gate):
                 left = self._lease_left(taken)
@@ -346,20 +392,24 @@ class Dispatcher:
                     sent.lapsed = True
                     break
                 send_by = steady() + left
-                with crashpoints.active(self.probe):
+                with (
+                    tracing.span("settled.try", {**named, "settled.try": n}) as s,
+                    crashpoints.active(self.probe),
+                ):
                     wire = provider.execute(policy.request_for(claimed, declared, send_by))
+                    verdict = policy.classify(declared, wire)
+                    tracing.note(s, **{"settled.outcome": str(verdict)})
             self.probe("after_reply")
             sent.wire = wire
             if wire.written_at is not None and wire.written_at > send_by:
                 sent.late_send = True  # written after the lease lapsed (a pause at the last moment)
-            verdict = policy.classify(declared, wire)
             sent.verdicts.append(verdict)
             sent.tries.append(_try_detail(n, wire, verdict))
             pause = policy.backoff(declared, self.settings.backoff, n)
             if gate is not None:  # every request to this provider waits, not only this one
                 hold = policy.throttled(wire.status_code, wire.retry_after, pause)
                 if hold is not None:
-                    gate.hold(hold)
+                    gate.hold(hold, f"HTTP {wire.status_code}")
             if not policy.repeats(declared, verdict) or n >= declared.attempts:
                 break
             if wire.retry_after is not None:
@@ -380,7 +430,7 @@ class Dispatcher:
             sent.tries.append(
                 {
                     "try": len(sent.tries) + 1,
-                    "verdict": str(Verdict.NEVER_SENT),
+                    "verdict": str(ReplyProof.NEVER_SENT),
                     "detail": "not sent: the lease lapsed before the request could start",
                 }
             )
@@ -415,7 +465,7 @@ class Dispatcher:
         if final is None:
             now = from_text(move.at) or self.clock.now()
             final = self._late(sent.claimed, move, sent.verdict, sent.late_send, now)
-        elif sent.verdict is Verdict.CONFLICT and final.status is Status.AWAITING_VERIFICATION:
+        elif sent.verdict is ReplyProof.CONFLICT and final.status is Status.AWAITING_VERIFICATION:
             try:
                 final = self._verify_now(final)
             except LedgerError:
@@ -459,7 +509,7 @@ class Dispatcher:
         )
 
     def _late(
-        self, claimed: ActionRecord, move: Move, verdict: Verdict, late_send: bool, now: datetime
+        self, claimed: ActionRecord, move: Move, verdict: ReplyProof, late_send: bool, now: datetime
     ) -> ActionRecord:
         """Our lease lapsed and the record moved on: our reply is still evidence."""
         for _ in range(3):  # each guard that fails means the record moved again: look again
@@ -495,7 +545,7 @@ def _slot(gate: Gate | None) -> AbstractContextManager[object]:
     return gate.slot() if gate is not None else _NO_GATE
 
 
-def _try_detail(n: int, wire: WireResult, verdict: Verdict) -> dict[str, Any]:
+def _try_detail(n: int, wire: WireResult, verdict: ReplyProof) -> dict[str, Any]:
     return {
         "try": n,
         "wire": str(wire.wire),
@@ -516,9 +566,9 @@ __all__ = [
     "DispatchSettings",
     "Dispatcher",
     "Outcome",
+    "ReplyProof",
     "Report",
     "Result",
-    "Verdict",
     "check_params_json",
     "classify",
     "retry_problem",

@@ -43,7 +43,12 @@ class InvalidInput(SettledError):
 
 
 class ConfigError(SettledError):
-    pass
+    """A configuration settled refuses. Its message is the first problem, one line;
+    ``problems`` holds every one found (``settled providers check`` prints them all)."""
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems = list(problems) if problems else [message]
 
 
 class MissingExtra(SettledError):

@@ -74,6 +74,7 @@ class EventKind(StrEnum):
     RETRY = "retry"  # FAILED → PENDING: attempt N+1
     NOTE = "note"  # evidence that changes no status (a late reply to a settled record)
     CALLBACK = "callback"  # a provider's signed callback (rule 16); it may leave the status as is
+    REDACTED = "redacted"  # a settled record's params values erased (a person's request)
 
     @property
     def changes_nothing(self) -> bool:
@@ -88,6 +89,8 @@ class EventKind(StrEnum):
 
 
 TERMINAL = frozenset({Status.CONFIRMED, Status.FAILED})
+# What an erased value reads as, in params and wherever the evidence repeated it.
+REDACTED = "[redacted]"
 # The one table of allowed moves. A move to the same status records new evidence
 # (a check that found nothing yet) without changing what people read.
 TRANSITIONS: frozenset[tuple[Status, Status]] = frozenset(
@@ -135,8 +138,11 @@ def check_transition(
     raise TransitionNotAllowed(f"{frm} → {to} is not an allowed move")
 
 
-def new_reconciliation_key() -> str:
-    return "stl-" + uuid.uuid4().hex
+def new_reconciliation_key(key_format: str | None = None) -> str:
+    """A new reconciliation key: ``stl-`` and 32 hex characters; only the 32 lowercase
+    hex characters for an operation whose provider takes the key as an id of its own
+    format (``key_format = "hex"``: Google Calendar's event ids are base32hex)."""
+    return uuid.uuid4().hex if key_format == "hex" else "stl-" + uuid.uuid4().hex
 
 
 @dataclass(frozen=True)
@@ -156,6 +162,7 @@ def build_strategy(
     *,
     carries_key: bool = False,
     key: str | None = None,
+    key_format: str | None = None,
 ) -> DispatchStrategy:
     """The strategy each tier gets (docs/rules.md), with one addition: a ``full`` operation that can carry a key
     (``carries_key``, e.g. a CalDAV UID) gets one, so that a reply lost on the wire can
@@ -164,12 +171,14 @@ def build_strategy(
     if window < 0:
         raise ValueError("consistency window must be >= 0")
     if tier is Tier.FULL:
-        k = (key or new_reconciliation_key()) if carries_key else None
+        k = (key or new_reconciliation_key(key_format)) if carries_key else None
         return DispatchStrategy(tier, k, now, False)
     if tier is Tier.RECONCILABLE:
-        return DispatchStrategy(tier, key or new_reconciliation_key(), plus(now, window), False)
+        k = key or new_reconciliation_key(key_format)
+        return DispatchStrategy(tier, k, plus(now, window), False)
     if tier is Tier.PARTIAL:
-        return DispatchStrategy(tier, key or new_reconciliation_key(), plus(now, window), True)
+        k = key or new_reconciliation_key(key_format)
+        return DispatchStrategy(tier, k, plus(now, window), True)
     return DispatchStrategy(tier, None, None, True)
 
 
@@ -231,6 +240,7 @@ class Declared:
     snapshots: bool = False
     query_by_object_id: bool = False
     key_param: str | None = None  # the reconciliation key is this param's value
+    key_format: str | None = None  # "hex": generated keys without the ``stl-`` prefix
 
     @classmethod
     def of(cls, spec: Any) -> Declared:
@@ -250,6 +260,7 @@ class Declared:
             snapshots=bool(spec.snapshots),
             query_by_object_id=bool(spec.query_by_object_id),
             key_param=getattr(spec, "key_param", None),
+            key_format=getattr(spec, "key_format", None),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -325,6 +336,9 @@ class ActionRecord:
     declared: Declared | None = None
     counted_checks: int = 0
     check_error: str | None = None
+    # Why the record's outcome is open, as a stable code (``settled.cause``), set at the
+    # attempt's first unknown outcome and kept through every later check.
+    cause: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in RECORD_FIELDS}
@@ -339,6 +353,24 @@ class ActionRecord:
 # Public JSON fields of a record, in the contract's order: the fields of ``ActionRecord``
 # (whose order is also the ledger's column order, ``storage.columns``), less the internal.
 RECORD_FIELDS = tuple(f.name for f in fields(ActionRecord) if not f.metadata.get("internal"))
+
+
+MAX_NAME = 100  # characters of a person's name: typed at login, from a proxy, --by, `by`
+VIA = " via "  # separates the person from the surface that vouched: operator:NAME via api:TOKEN
+
+
+def name_problem(name: str) -> str:
+    """Why ``name`` cannot name a person in the ledger ("" when it can): the CLI's
+    ``--by`` (or ``SETTLED_OPERATOR``), the console's login name, a trusted proxy's user
+    header and the API's ``by`` alike. A person's name stands before `` via `` in an
+    event's actor, so it can never hold that separator (``alice via ui:token:reader:…``
+    would read as another surface's session), nor a control, format or other invisible
+    character."""
+    if not name or name != name.strip() or len(name) > MAX_NAME or not name.isprintable():
+        return f"a name is 1-{MAX_NAME} printable characters without surrounding spaces"
+    if VIA in name:
+        return "a name must not contain ' via ' (it separates the person from the session)"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -358,13 +390,13 @@ class Event:
 
 
 class Reported(StrEnum):
-    """What a provider's callback reports, by the value lists its config declares
+    """What a provider's callback reports, by the predicates its config declares
     (``applied``, ``not_applied``, ``delivered``); fixed when the callback is received."""
 
     APPLIED = "applied"  # the provider reports the effect
     NOT_APPLIED = "not_applied"  # the provider reports the effect did not happen
     DELIVERED = "delivered"  # delivery only: it proves nothing about acceptance
-    OTHER = "other"  # a status none of the lists names (queued, sending): evidence only
+    OTHER = "other"  # none holds (queued, a temporary failure), or two disagree: evidence only
 
 
 # Record fields a callback may name its action by (``[providers.NAME.callbacks] names``).
@@ -416,11 +448,22 @@ class PendingCallback:
     tries: int = 0
 
 
-def params_hash(params: Any) -> str:
-    import hashlib
+# JSON encoders made once: ``json.dumps`` with any keyword argument builds a new
+# encoder on every call, and an action's params are encoded several times on its way.
+_HASHED = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, allow_nan=False)
 
-    canon = json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canon.encode()).hexdigest()
+
+def params_hash(params: Any) -> str:
+    import hashlib  # here, not at the top: OpenSSL's import is a read command's 5 ms
+
+    return hashlib.sha256(_HASHED.encode(params).encode()).hexdigest()
+
+
+def canonical_json(value: Any) -> str:
+    """``value`` as strict JSON text with sorted keys (no NaN or Infinity: ValueError):
+    the params as they are stored and sent."""
+    return _CANONICAL.encode(value)
 
 
 # ------------------------------------------------------------------ the wire's vocabulary
@@ -471,6 +514,9 @@ class WireResult:
     written_at: float | None = None
     # Seconds from a ``Retry-After`` header on a 429 or 503 reply.
     retry_after: float | None = None
+    # The reply is an error the operation declared may come after the effect (Slack's
+    # ``internal_error``): it proves neither the effect nor its absence (rule 20).
+    maybe_applied: bool = False
 
 
 class Seen(StrEnum):
@@ -548,6 +594,7 @@ class Move:
     attempt: int | None = None
     correction: bool = False
     by_evidence: bool = False
+    amends: bool = False  # a correction of a person's own verdict: guarded on the attempt
 
     def __post_init__(self) -> None:
         if self.kind is not None and self.kind.may_stay and self.frm is self.to:
@@ -561,6 +608,8 @@ class Move:
             check_transition(
                 self.frm, self.to, correction=self.correction, by_evidence=self.by_evidence
             )
+            if self.amends and (not self.correction or self.attempt is None):
+                raise ValueError("an amendment is a correction guarded on one attempt")
             if self.by_evidence and (self.kind is not EventKind.RECONCILED or self.attempt is None):
                 raise ValueError("a correction by evidence is a reconciled move on one attempt")
         bad = set(self.values) - WRITABLE

@@ -53,8 +53,9 @@ MAX_BACKOFF = 2.0  # s: the longest pause between two tries of one attempt
 DETAIL = 200  # characters of a provider's detail kept in a reason
 
 
-class Verdict(StrEnum):
-    """What one reply to a send proves."""
+class ReplyProof(StrEnum):
+    """What one reply to a send proves (``classify``). Not a person's verdict: that is
+    ``resolution``'s, recorded by ``settled resolve``."""
 
     PROVEN = "proven"  # the reply proves the effect
     ACCEPTED = "accepted"  # the provider took it; the effect is not yet observed
@@ -65,34 +66,71 @@ class Verdict(StrEnum):
 
     @property
     def maybe_applied(self) -> bool:
-        return self in (Verdict.AMBIGUOUS, Verdict.CONFLICT)
+        return self in (ReplyProof.AMBIGUOUS, ReplyProof.CONFLICT)
 
 
-def classify(declared: Declared, wire: WireResult) -> Verdict:
+def classify(declared: Declared, wire: WireResult) -> ReplyProof:
     """Rule 3 (docs/rules.md), in one place."""
     if wire.wire is Wire.NOT_CONNECTED:
         # A provider that wrote bytes and then reports "not connected" cannot know
         # that nothing arrived: only a request never written is never sent.
-        return Verdict.NEVER_SENT if wire.written_at is None else Verdict.AMBIGUOUS
+        return ReplyProof.NEVER_SENT if wire.written_at is None else ReplyProof.AMBIGUOUS
     if wire.wire is Wire.NO_ANSWER:
-        return Verdict.AMBIGUOUS
+        return ReplyProof.AMBIGUOUS
     code = wire.status_code or 0
     if wire.conflict:
-        return Verdict.CONFLICT
+        return ReplyProof.CONFLICT
+    if wire.maybe_applied:
+        # An error the operation declared may come after the effect (rule 20): a 4xx
+        # or a 2xx that says so proves neither the effect nor its absence.
+        return ReplyProof.AMBIGUOUS
     if wire.applied is True:
-        return Verdict.PROVEN if declared.tier is Tier.FULL else Verdict.ACCEPTED
+        return ReplyProof.PROVEN if declared.tier is Tier.FULL else ReplyProof.ACCEPTED
     if 200 <= code <= 299:
-        return Verdict.REJECTED if wire.applied is False else Verdict.ACCEPTED
+        return ReplyProof.REJECTED if wire.applied is False else ReplyProof.ACCEPTED
     if code in (408, 429) or 500 <= code <= 599:
-        return Verdict.AMBIGUOUS
+        return ReplyProof.AMBIGUOUS
     if 400 <= code <= 499:
-        return Verdict.REJECTED
-    return Verdict.AMBIGUOUS  # 1xx, 3xx and codes outside RFC ranges prove nothing
+        return ReplyProof.REJECTED
+    return ReplyProof.AMBIGUOUS  # 1xx, 3xx and codes outside RFC ranges prove nothing
 
 
-def repeats(declared: Declared, verdict: Verdict) -> bool:
+def final_answer(verdict: ReplyProof, wire: WireResult | None) -> str:
+    """What a FAILED outcome rests on, in words, kept in its event (rule 20): nothing
+    left this machine, the reply's declared "not applied", or a validation rejection
+    (a 4xx the operation did not declare may come after the effect)."""
+    if verdict is ReplyProof.NEVER_SENT:
+        return "never sent: nothing reached the provider"
+    if wire is not None and wire.applied is False:
+        return "the reply's declared not_applied predicate"
+    code = wire.status_code if wire is not None else None
+    return f"HTTP {code}: a validation rejection (rule 3)"
+
+
+def rests_on(event: Any) -> str | None:
+    """What the FAILED status an event wrote rests on (rule 20), or None when it rests
+    on nothing final: an outcome recorded before settled kept what its FAILED rests on,
+    which may be an error that came after the effect. A query's, a callback's and a
+    person's verdicts are final by what they are."""
+    kind, detail = event.kind, event.detail or {}
+    if kind in (EventKind.OUTCOME, EventKind.LATE_OUTCOME):
+        if detail.get("final"):
+            return str(detail["final"])
+        if detail.get("verdict") == str(ReplyProof.NEVER_SENT):
+            return "never sent: nothing reached the provider"
+        return None
+    if kind == EventKind.RECONCILED:
+        return "the query's proof of absence"
+    if kind == EventKind.CALLBACK:
+        return "the provider's signed callback"
+    if kind == EventKind.RESOLVED:
+        return "a person's verdict"
+    return None
+
+
+def repeats(declared: Declared, verdict: ReplyProof) -> bool:
     """May the dispatcher try again within the same attempt (same idempotency key)?"""
-    return verdict is Verdict.NEVER_SENT or (verdict.maybe_applied and declared.dedupes_keys)
+    return verdict is ReplyProof.NEVER_SENT or (verdict.maybe_applied and declared.dedupes_keys)
 
 
 def backoff(declared: Declared, default: float, n: int) -> float:
@@ -145,6 +183,7 @@ def new_record(
         declared.consistency_window,
         carries_key=declared.carries_key,
         key=business_key(declared, params),
+        key_format=declared.key_format,
     )
     aid = action_id or "act-" + uuid.uuid4().hex[:20]
     return ActionRecord(
@@ -274,19 +313,19 @@ def verification(declared: Declared, start: datetime) -> dict[str, Any]:
     }
 
 
-def settle_verdict(tries: list[Verdict]) -> Verdict:
+def settle_verdict(tries: list[ReplyProof]) -> ReplyProof:
     """The attempt's verdict from its tries' verdicts: an earlier try that may have
     applied means a later "never sent" or rejection cannot prove the effect absent."""
-    last = tries[-1] if tries else Verdict.NEVER_SENT
-    if last in (Verdict.NEVER_SENT, Verdict.REJECTED) and any(v.maybe_applied for v in tries):
-        return Verdict.AMBIGUOUS
+    last = tries[-1] if tries else ReplyProof.NEVER_SENT
+    if last in (ReplyProof.NEVER_SENT, ReplyProof.REJECTED) and any(v.maybe_applied for v in tries):
+        return ReplyProof.AMBIGUOUS
     return last
 
 
 def outcome(  # noqa: PLR0913  (keyword-only: every input a decision reads, named)
     rec: ActionRecord,
     declared: Declared,
-    verdict: Verdict,
+    verdict: ReplyProof,
     wire: WireResult | None,
     now: datetime,
     *,
@@ -298,7 +337,11 @@ def outcome(  # noqa: PLR0913  (keyword-only: every input a decision reads, name
     """``IN_FLIGHT →`` the status the attempt's verdict proves, under the claim's lease."""
     to, values, reason = _outcome(rec, declared, verdict, wire, now)
     values.update(lease_owner=None, lease_expires_at=None)
+    if rec.cause is None and to in (Status.AWAITING_VERIFICATION, Status.DENIED_UNRESOLVED):
+        values["cause"] = cause_of_outcome(verdict, declared.tier, declared.queryable, wire)
     detail: dict[str, Any] = {"verdict": str(verdict), "tries": tries, "reason": reason}
+    if to is Status.FAILED:
+        detail["final"] = final_answer(verdict, wire)
     if late_send:
         detail["late_send"] = True
     return Move(
@@ -317,7 +360,7 @@ def outcome(  # noqa: PLR0913  (keyword-only: every input a decision reads, name
 def _outcome(
     rec: ActionRecord,
     declared: Declared,
-    verdict: Verdict,
+    verdict: ReplyProof,
     wire: WireResult | None,
     now: datetime,
 ) -> tuple[Status, dict[str, Any], str]:
@@ -331,7 +374,7 @@ def _outcome(
         code = f" (HTTP {wire.status_code})" if wire.status_code is not None else ""
         detail = one_line(wire.detail)[:DETAIL]
 
-    if verdict is Verdict.PROVEN:
+    if verdict is ReplyProof.PROVEN:
         values.update(
             delivery=str(Delivery.DELIVERED),
             acceptance=str(Acceptance.APPLIED),
@@ -341,7 +384,7 @@ def _outcome(
             reason=None,
         )
         return Status.CONFIRMED, values, f"the provider's reply proves the effect{code}"
-    if verdict is Verdict.REJECTED:
+    if verdict is ReplyProof.REJECTED:
         reason = (
             f"rejected by the provider: {detail}" if detail else f"rejected by the provider{code}"
         )
@@ -352,7 +395,7 @@ def _outcome(
             reason=reason,
         )
         return Status.FAILED, values, reason
-    if verdict is Verdict.NEVER_SENT:
+    if verdict is ReplyProof.NEVER_SENT:
         reason = f"never reached the provider: {detail}" if detail else "never reached the provider"
         values.update(
             delivery=str(Delivery.FAILED),
@@ -361,7 +404,7 @@ def _outcome(
             reason=reason,
         )
         return Status.FAILED, values, reason
-    if verdict is Verdict.ACCEPTED:
+    if verdict is ReplyProof.ACCEPTED:
         values.update(delivery=str(Delivery.DELIVERED), acceptance=str(Acceptance.UNKNOWN))
         if declared.tier is Tier.BLIND:
             reason = "blind operation: nothing can observe the effect; a person must verify it"
@@ -379,7 +422,7 @@ def _outcome(
         reason = f"accepted{code} but the reply proves nothing and there is no query"
         values.update(next_check_at=None, reason=reason)
         return Status.DENIED_UNRESOLVED, values, reason
-    if verdict is Verdict.CONFLICT:
+    if verdict is ReplyProof.CONFLICT:
         # Refused as a conflict: an earlier try of this attempt may have made it, or
         # something else did. Only reading the resource can tell (rule 10).
         values.update(delivery=str(Delivery.DELIVERED), acceptance=str(Acceptance.UNKNOWN))
@@ -405,10 +448,55 @@ def _outcome(
     return Status.DENIED_UNRESOLVED, values, values["reason"]
 
 
+# -- why a record is open (``ActionRecord.cause``; its codes and words: ``settled.cause``)
+# A cause is set once per attempt, at the first outcome that leaves the effect unknown,
+# and kept by every later move: the first thing that went wrong is what a person can
+# select the batch by ("HTTP 503"), not what the last check found.
+
+
+def cause_of_outcome(
+    verdict: ReplyProof, tier: Tier, queryable: bool, wire: WireResult | None
+) -> str | None:
+    """The cause a dispatch outcome leaves, or None when it settles the record."""
+    if verdict is ReplyProof.ACCEPTED:
+        if tier is Tier.BLIND:
+            return "blind"
+        if tier is Tier.PARTIAL:
+            return "awaiting_person"
+        return "accepted_unseen" if queryable else "unprovable"
+    if verdict is ReplyProof.CONFLICT:
+        return "conflict"
+    if verdict is not ReplyProof.AMBIGUOUS:
+        return None
+    if wire is not None and wire.status_code is not None:
+        return f"http_{wire.status_code}"
+    if wire is not None and wire.wire is Wire.NO_ANSWER:
+        text = wire.detail.lower()
+        if "timeout" in text or "timed out" in text:
+            return "timeout_after_send"
+    return "reply_lost"
+
+
+def cause_of_handover(rec: ActionRecord, why: str, check_error: str | None = None) -> str | None:
+    """The cause a record is handed to a person with: its own when it has one (kept),
+    else what the hand-over says."""
+    if rec.cause:
+        return rec.cause
+    if check_error or rec.check_error:
+        return "check_failing"
+    if rec.tier is Tier.PARTIAL:
+        return "awaiting_person"
+    if rec.tier is Tier.BLIND:
+        return "blind"
+    if "budget" in why:
+        return "not_seen"
+    return "unprovable"
+
+
 def late_outcome(
     current: ActionRecord,
     intended: Move,
-    verdict: Verdict,
+    verdict: ReplyProof,
     now: datetime,
     *,
     attempt: int,
@@ -450,7 +538,7 @@ def late_outcome(
         )
     if same:
         conflict = contradiction(current, verdict, late_send)
-    elif verdict in (Verdict.PROVEN, Verdict.ACCEPTED) or verdict.maybe_applied or late_send:
+    elif verdict in (ReplyProof.PROVEN, ReplyProof.ACCEPTED) or verdict.maybe_applied or late_send:
         conflict = (
             f"a reply to attempt {attempt} ({verdict}) came after attempt {current.attempt} "
             "was opened: both may have applied; resolve it before any retry"
@@ -475,17 +563,34 @@ def late_outcome(
     )
 
 
-def contradiction(current: ActionRecord, verdict: Verdict, late_send: bool) -> str | None:
+def declined(current: ActionRecord, now: datetime, actor: str, why: str) -> Move:
+    """The refusal of an approval: an event on the PENDING record, which stays PENDING
+    (nothing was sent, nothing is proven about the world)."""
+    return Move(
+        current.action_id,
+        Status.PENDING,
+        Status.PENDING,
+        to_text(now),
+        actor,
+        EventKind.NOTE,
+        detail={"approval": "not given", "reason": why},
+    )
+
+
+def contradiction(current: ActionRecord, verdict: ReplyProof, late_send: bool) -> str | None:
     """Why a late reply disagrees with the record's terminal status, or None."""
     if current.status is Status.FAILED and (
-        verdict in (Verdict.PROVEN, Verdict.ACCEPTED) or verdict.maybe_applied or late_send
+        verdict in (ReplyProof.PROVEN, ReplyProof.ACCEPTED) or verdict.maybe_applied or late_send
     ):
         what = "was written after its lease lapsed" if late_send else f"was answered: {verdict}"
         return (
             f"a request of attempt {current.attempt} {what}, after the record became FAILED; "
             "the effect may exist: resolve it before any retry"
         )
-    if current.status is Status.CONFIRMED and verdict in (Verdict.REJECTED, Verdict.NEVER_SENT):
+    if current.status is Status.CONFIRMED and verdict in (
+        ReplyProof.REJECTED,
+        ReplyProof.NEVER_SENT,
+    ):
         return (
             f"a late reply says {verdict} although the effect was observed; check what the "
             "provider holds"
@@ -520,16 +625,23 @@ def expire(
     actor: str,
     problem: str,
     recheck: float,
+    released: tuple[str, str] | None = None,
 ) -> Move:
     """A dispatcher that held the claim is gone: its request may or may not have
     left. Never re-send; the record becomes unresolved and, when the operation can be
     queried, reconciliation starts now (rule 4: the budget starts here, and the first
     check is due at once, or at ``eligible_at`` when that is later). ``problem`` says
     why the query cannot run here (provider not configured): then whoever has it
-    checks the record, and its budget starts at that first check."""
+    checks the record, and its budget starts at that first check. ``released``:
+    (person, why) when a person named the holder dead (``settled unlock``) before its
+    lease ran out: the same move, recorded as theirs."""
+    lost = (
+        f"its lease (until {rec.lease_expires_at}) was released by {released[0]}: {released[1]},"
+        if released is not None
+        else f"its lease expired at {rec.lease_expires_at}"
+    )
     reason = (
-        f"dispatcher lost: its lease expired at {rec.lease_expires_at} before an outcome "
-        "was recorded; the request may have been sent"
+        f"dispatcher lost: {lost} before an outcome was recorded; the request may have been sent"
     )
     values: dict[str, Any] = {
         "delivery": str(Delivery.UNKNOWN),
@@ -553,6 +665,7 @@ def expire(
     else:
         reason += "; needs a person"
     values["reason"] = reason
+    values["cause"] = rec.cause or "dispatcher_lost"
     return Move(
         rec.action_id,
         Status.IN_FLIGHT,
@@ -565,6 +678,7 @@ def expire(
             "lease_owner": rec.lease_owner,
             "lease_expires_at": rec.lease_expires_at,
             "reason": reason,
+            **({"released_by": released[0], "why": released[1]} if released else {}),
         },
         owner=rec.lease_owner,
     )
@@ -599,7 +713,13 @@ def unresolved(
         to_text(now),
         actor,
         EventKind.UNRESOLVED,
-        values={"lease_owner": None, "next_check_at": None, "reason": why, **(tally or {})},
+        values={
+            "lease_owner": None,
+            "next_check_at": None,
+            "reason": why,
+            **(tally or {}),
+            "cause": cause_of_handover(rec, why, (tally or {}).get("check_error")),
+        },
         detail={**evidence, "reason": why},
         owner=owner,
     )
@@ -682,6 +802,17 @@ def check_error(obs: Observation) -> str | None:
     if obs.seen is not Seen.UNKNOWN:
         return None
     return one_line(obs.detail)[:DETAIL] or "the query failed"
+
+
+PAUSED = "paused: "  # how a pause's ``check_error`` begins (stats and queue tell it apart)
+
+
+def paused(provider: str, answered: str) -> str:
+    """The ``check_error`` of a record whose check could not be made because its
+    provider asked for a pause (429/503): no attempt, none counted (rule 15), but a
+    check that is failing all the same, which the gauges, ``/healthz`` and the queue
+    count."""
+    return f"{PAUSED}{provider} answered {answered or '429/503'}; not checked until it recovers"
 
 
 def judge(
@@ -890,7 +1021,7 @@ def by_evidence(
 
 
 def callback(pending: PendingCallback, rec: ActionRecord, now: datetime) -> Move | None:
-    """Where a verified callback puts the record it names: through the values its
+    """Where a verified callback puts the record it names: through the predicates its
     config declares, never "any 2xx". None: keep it pending (the attempt it is about is
     in flight, so its outcome, and the object id, are not written yet).
 
@@ -973,7 +1104,9 @@ def callback(pending: PendingCallback, rec: ActionRecord, now: datetime) -> Move
             flag = f"{said} although the request was recorded as never delivered"
             return _stay(rec, at, actor, detail, flag, {"contradiction": flag})
         return _stay(rec, at, actor, detail, f"{said}: delivery only; nothing moved")
-    return _stay(rec, at, actor, detail, f"{said}: no declared value; recorded only")
+    return _stay(
+        rec, at, actor, detail, f"{said}: none of applied, not_applied, delivered; recorded only"
+    )
 
 
 def _stay(
@@ -1047,6 +1180,7 @@ def reopen(
         declared.consistency_window,
         carries_key=declared.carries_key,
         key=business_key(declared, rec.params),
+        key_format=declared.key_format,
     )
     values = {
         **_STARTED_OVER,
@@ -1084,25 +1218,36 @@ def resolution(  # noqa: PLR0913  (keyword-only: the verdict's fields)
     object_id: str | None = None,
     recheck: str | None = None,
     checked: bool = False,
+    via: str | None = None,
+    corrects: int | None = None,
 ) -> Move | None:
     """A person's attested verdict: from DENIED_UNRESOLVED; from AWAITING_VERIFICATION
     when only a person can verify it; and on a terminal record that later evidence
     contradicts (correcting its status, or clearing the flag). None: not allowed.
 
     ``recheck`` says what the check made before a "not applied" verdict saw, or why
-    none was made (rule 14); ``checked``: that check queried the provider."""
-    actor = f"operator:{by}"
+    none was made (rule 14); ``checked``: that check queried the provider.
+
+    ``via`` is the authenticated surface that vouches for the person (``api:TOKEN``,
+    ``ui:token:TOKEN:SID``), made by the service, never by its caller; ``by`` is then the
+    person it names ("" for none). The actor stays ``operator:BY via VIA`` (or
+    ``operator:VIA``), as older readers parse it, and the event also keeps both parts
+    apart (``person``, ``via``).
+
+    ``corrects``: the id of the person's own verdict that set this terminal status, on
+    the same attempt (the caller found it); the new verdict corrects it, with evidence,
+    as a contradicted record's is corrected. None when it would change nothing."""
+    who = attested(by, via)
+    actor = f"operator:{who}"
     at = to_text(now)
     to = Status.CONFIRMED if applied else Status.FAILED
-    detail: dict[str, Any] = {
-        "verdict": "applied" if applied else "not_applied",
-        "reason": reason,
-        "evidence": evidence,
-        "object_id": object_id,
-        "by": by,
-    }
+    detail = _claim(applied, reason, by, via, evidence, object_id)
     if recheck is not None:
         detail["recheck"] = recheck
+    if corrects is not None:
+        if not rec.terminal or rec.status is (Status.CONFIRMED if applied else Status.FAILED):
+            return None
+        detail["corrects"] = corrects
     tally: dict[str, Any] = {"checks": rec.checks + 1, "check_error": None} if checked else {}
     values: dict[str, Any] = {
         "next_check_at": None,
@@ -1117,7 +1262,7 @@ def resolution(  # noqa: PLR0913  (keyword-only: the verdict's fields)
         values.update(confirmed_at=at, confirmed_by=actor, delivery=str(Delivery.DELIVERED))
     if object_id:
         values["provider_object_id"] = object_id
-    if rec.terminal and rec.contradiction:
+    if rec.terminal and (rec.contradiction or corrects is not None):
         if rec.status is to:  # the status stands: the flag is cleared, with the evidence
             return Move(
                 rec.action_id,
@@ -1139,6 +1284,8 @@ def resolution(  # noqa: PLR0913  (keyword-only: the verdict's fields)
             values=values,
             detail=detail,
             correction=True,
+            attempt=rec.attempt if corrects is not None else None,
+            amends=corrects is not None,
         )
     allowed = rec.status is Status.DENIED_UNRESOLVED or (
         rec.status is Status.AWAITING_VERIFICATION and rec.requires_manual_verification
@@ -1148,6 +1295,63 @@ def resolution(  # noqa: PLR0913  (keyword-only: the verdict's fields)
     return Move(
         rec.action_id, rec.status, to, at, actor, EventKind.RESOLVED, values=values, detail=detail
     )
+
+
+def refused_verdict(  # noqa: PLR0913  (keyword-only: the claim's fields)
+    rec: ActionRecord,
+    *,
+    applied: bool,
+    reason: str,
+    by: str,
+    now: datetime,
+    why: str,
+    evidence: str | None = None,
+    object_id: str | None = None,
+    via: str | None = None,
+) -> Move:
+    """A person's verdict that was refused, kept as a note on the record as it stands:
+    who claimed what, with their reason and evidence, and why it was refused. It moves
+    nothing; an audit reads it beside the verdicts that were recorded."""
+    who = attested(by, via)
+    detail = {"refused": why, **_claim(applied, reason, by, via, evidence, object_id)}
+    return Move(
+        rec.action_id,
+        rec.status,
+        rec.status,
+        to_text(now),
+        f"operator:{who}",
+        EventKind.NOTE,
+        detail=detail,
+    )
+
+
+def _claim(
+    applied: bool,
+    reason: str,
+    by: str,
+    via: str | None,
+    evidence: str | None,
+    object_id: str | None,
+) -> dict[str, Any]:
+    """What a person's verdict says, as its event keeps it, recorded or refused."""
+    detail: dict[str, Any] = {
+        "verdict": "applied" if applied else "not_applied",
+        "reason": reason,
+        "evidence": evidence,
+        "object_id": object_id,
+        "by": attested(by, via),
+    }
+    if via is not None:
+        detail.update(person=by or None, via=via)
+    return detail
+
+
+def attested(by: str, via: str | None) -> str:
+    """Who a verdict names after ``operator:``: the person, the surface that vouched for
+    them (``alice via api:ops``), or the surface alone."""
+    if via is None:
+        return by
+    return f"{by} via {via}" if by else via
 
 
 def one_line(text: str) -> str:
@@ -1164,9 +1368,11 @@ def _json(value: Any) -> str | None:
 
 
 __all__ = [
+    "PAUSED",
     "Claim",
-    "Verdict",
+    "ReplyProof",
     "absence_counts_from",
+    "attested",
     "backoff",
     "by_evidence",
     "callback",
@@ -1175,17 +1381,21 @@ __all__ = [
     "classify",
     "contradiction",
     "expire",
+    "final_answer",
     "judge",
     "late_outcome",
     "needs_person",
     "new_record",
     "outcome",
+    "paused",
     "recheck_needed",
+    "refused_verdict",
     "reopen",
     "repeats",
     "request_budget",
     "request_for",
     "resolution",
+    "rests_on",
     "settle_verdict",
     "spends_budget",
     "target_for",

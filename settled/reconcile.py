@@ -26,18 +26,21 @@ this module fetches, calls and writes:
 
 from __future__ import annotations
 
+import logging
 import queue
+import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from . import policy
-from .clock import Clock, from_text, plus, to_text
+from . import policy, tracing
+from .clock import Clock, freeze_start_up, from_text, plus, to_text
 from .crashpoints import Probe, no_probe
 from .errors import (
     EffectVisible,
@@ -46,15 +49,17 @@ from .errors import (
     TransitionNotAllowed,
     UnknownProvider,
 )
-from .model import ActionRecord, Declared, Move, Observation, Seen, Status
+from .model import ActionRecord, Declared, Delivery, Move, Observation, Seen, Status
 from .providers.base import OperationSpec, Providers
 from .storage import DUE_STATUSES, Ledger
 from .throttle import Gate, Gates
 
-DEFAULT_BATCH = 200
+DEFAULT_BATCH = 25  # rows one claim leases: the slice daemons sharing a ledger take in turn
 DEFAULT_LEASE = 60.0  # s a reconciler holds a row; at least 2 × the query timeout
 DEFAULT_FLUSH_AFTER = 0.2  # s an observed result may wait for its batch's commit
 DEFAULT_QUERY_HOLD = 1.0  # s a provider is left alone after a 429/503 without Retry-After
+
+log = logging.getLogger("settled.reconcile")
 
 __all__ = ["DUE_STATUSES", "Change", "PassReport", "Recheck", "Reconciler", "why_unchecked"]
 
@@ -74,6 +79,7 @@ class Change:
     provider: str = ""
     operation: str = ""
     error: str | None = None  # why this attempt could not check anything (it still counts)
+    paused: str = ""  # not checked: what asked for a pause ("HTTP 503"); no attempt
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -243,6 +249,7 @@ class Reconciler:
         probe: Probe = no_probe,
         concurrency: int = 1,
         limits: Mapping[str, int] | None = None,
+        hold: float | None = None,
     ) -> None:
         self.ledger = ledger
         self.registry = registry
@@ -256,6 +263,10 @@ class Reconciler:
         self.flush_after = flush_after
         self.probe = probe
         self.concurrency = max(1, concurrency)
+        # A heartbeat's lease (a daemon's interval): on a ledger threads may share, each
+        # slice is leased for ``hold`` s and renewed by a thread of its own while the
+        # pass holds it, so a killed daemon's slice is due again within ``hold``.
+        self.hold = hold if hold is not None and ledger.thread_safe else None
         self.gates = Gates(limits)
         self._specs: dict[tuple[str, str], tuple[OperationSpec | None, str]] = {}
         self._today: dict[tuple[str, str], tuple[Declared | None, str]] = {}  # per pass
@@ -278,6 +289,8 @@ class Reconciler:
         cutoff = to_text(self.clock.now())
         taken = 0
         self._sweep_callbacks(report)  # evidence first: a kept callback may settle a row due now
+        lease = self.lease if self.hold is None else self.hold
+        beat = None if self.hold is None else _Heartbeat(self.ledger, self.clock, self.hold)
 
         def lease_next() -> tuple[list[ActionRecord], str] | None:
             """Lease the next batch (committing the results in hand with it)."""
@@ -296,10 +309,12 @@ class Reconciler:
                 cutoff=cutoff,
                 size=size,
                 owner=owner,
-                until=to_text(plus(now, self.lease)),
+                until=(until := to_text(plus(now, lease))),
                 expire=self._expire_at(now),
                 pending=pending,
             )
+            if beat is not None and batch.leased:
+                beat.hold(owner, until)
             for held, tell in zip(batch.committed, after, strict=True):
                 tell(held)
             for rec, m in batch.expired:
@@ -313,6 +328,8 @@ class Reconciler:
             return batch.leased, owner
 
         try:
+            if beat is not None:
+                beat.start()
             if self.concurrency > 1:
                 self._check_concurrently(lease_next, report, group)
             else:
@@ -321,8 +338,13 @@ class Reconciler:
                     if report.stopped:
                         break
         finally:
-            group.flush()
+            try:
+                group.flush()
+            finally:
+                if beat is not None:
+                    beat.stop()
             report.unusable = dict(self._unusable)
+        freeze_start_up()
         return report
 
     def _match_kept(self, action_id: str, report: PassReport) -> None:
@@ -504,6 +526,19 @@ class Reconciler:
         possible here, the answer), or a query (the job)."""
         declared, problem = self._declared(rec)
         why_not = policy.recheck_needed(rec, declared)
+        if why_not and rec.status is Status.FAILED and rec.delivery is not Delivery.FAILED:
+            # No query can check it, so a retry rests on what made it FAILED: only a
+            # final answer lets it go without a person's --no-recheck (rule 20).
+            basis = self._failed_by(rec)
+            if basis is None:
+                return Recheck(
+                    "impossible",
+                    "its FAILED rests on no final answer of the provider (recorded before "
+                    "settled kept what a failure rests on, or an error that may come after "
+                    f"the effect) and {why_not}",
+                    rec,
+                )
+            return Recheck("not_needed", f"not needed: {why_not}; FAILED on {basis}", rec)
         if why_not:
             return Recheck("not_needed", f"not needed: {why_not}", rec)
         spec, spec_problem = self._spec(rec)
@@ -516,13 +551,23 @@ class Reconciler:
             return Recheck("impossible", why, rec)
         return _Job(rec, declared, "", self.gates[rec.provider])
 
+    def _failed_by(self, rec: ActionRecord) -> str | None:
+        """What ``rec``'s FAILED status rests on (``policy.rests_on``): its last event
+        that made it FAILED."""
+        for event in reversed(self.ledger.events(rec.action_id)):
+            if event.to_status == Status.FAILED and event.from_status != Status.FAILED:
+                return policy.rests_on(event)
+        return None
+
     def _recheck_query(self, job: _Job) -> Observation | None:
         """The query (any thread); None when the provider's pause is not over."""
         if job.gate.closed_for() > 0:
             return None
         self.probe("before_check")
-        with job.gate.slot():
-            return self.registry.provider(job.rec.provider).query(policy.target_for(job.rec))
+        with job.gate.slot(), _check_span(job.rec, "verdict") as s:
+            obs = self.registry.provider(job.rec.provider).query(policy.target_for(job.rec))
+            tracing.note(s, **{"settled.outcome": _seen(obs)})
+            return obs
 
     def _recheck_seen(
         self, job: _Job, obs: Observation | None, now: datetime, asked: str
@@ -533,7 +578,7 @@ class Reconciler:
             return Recheck("impossible", f"{rec.provider} asked for a pause (429/503)", rec)
         hold = _hold(obs)
         if hold is not None:
-            job.gate.hold(hold)
+            job.gate.hold(hold, _answered(obs))
             return Recheck(
                 "impossible", f"{rec.provider} asked for a pause: {obs.detail}", rec, queried=True
             )
@@ -665,11 +710,12 @@ class Reconciler:
         if job.gate.closed_for() > 0:
             return None
         self.probe("before_check")
-        with job.gate.slot():
+        with job.gate.slot(), _check_span(job.rec, "reconcile") as s:
             obs = self.registry.provider(job.rec.provider).query(policy.target_for(job.rec))
+            tracing.note(s, **{"settled.outcome": _seen(obs)})
         hold = _hold(obs)
         if hold is not None:
-            job.gate.hold(hold)  # every query to this provider waits, not only this row's
+            job.gate.hold(hold, _answered(obs))  # every query to it waits, not only this row's
             return None
         return obs
 
@@ -682,10 +728,11 @@ class Reconciler:
         now = self.clock.now()
         if obs is None:
             until = plus(now, max(job.gate.closed_for(), 0.001))
-            why = f"{rec.provider} asked for a pause (429/503); checked after {to_text(until)}"
-            self._queue(
-                report, group, rec, policy.wait_again(rec, now, until, why, owner=job.owner)
-            )
+            answered = job.gate.why or "429/503"
+            why = f"{rec.provider} asked for a pause ({answered}); checked after {to_text(until)}"
+            error = {"check_error": policy.paused(rec.provider, answered)}
+            move = policy.wait_again(rec, now, until, why, owner=job.owner, extra=error)
+            self._queue(report, group, rec, move, paused=answered)
             return
         rivals: list[str] = []
         if obs.seen is Seen.APPLIED and declared.snapshots and not declared.carries_key:
@@ -704,11 +751,14 @@ class Reconciler:
         rec: ActionRecord,
         move: Move,
         seen: str | None = None,
+        *,
+        paused: str = "",
     ) -> None:
         def after(held: bool) -> None:
             if move.kind is None:
                 if held:
                     ch = _change(rec, move, seen, "waiting")
+                    ch.paused = paused
                     report.waiting.append(ch)
                     if self.on_check is not None:
                         self.on_check(ch)
@@ -787,6 +837,24 @@ def _change(rec: ActionRecord, move: Move, seen: str | None, kind: str) -> Chang
     )
 
 
+def _check_span(rec: ActionRecord, why: str) -> AbstractContextManager[Any]:
+    """The ``settled.check`` span of one query about ``rec`` (``why``: a reconciliation
+    pass, or the check before a verdict or a retry)."""
+    named = tracing.record(rec.action_id, rec.provider, rec.operation, rec.tier)
+    return tracing.span("settled.check", {**named, "settled.check": why})
+
+
+def _seen(obs: Observation) -> str:
+    """A check's outcome on its span: what it saw, or ``paused`` (429/503)."""
+    return "paused" if _hold(obs) is not None else str(obs.seen)
+
+
+def _answered(obs: Observation) -> str:
+    """The answer that asked for a pause, as the log and the record name it."""
+    code = obs.evidence.get("status_code")
+    return f"HTTP {code}" if isinstance(code, int) else "429/503"
+
+
 def _hold(obs: Observation) -> float | None:
     """How long a query's answer asks us to leave its provider alone (429/503), or None."""
     code = obs.evidence.get("status_code")
@@ -806,6 +874,57 @@ class _Steps:
     prepare: Callable[[ActionRecord, str, PassReport, _Group], _Job | None]
     query: Callable[[_Job], Observation | None]
     conclude: Callable[[_Job, Observation | None, PassReport, _Group], None]
+
+
+class _Heartbeat:
+    """Renews the slices a pass holds (``Ledger.renew_leases``), every fifth of
+    ``hold``, from a thread of its own (a ledger threads may share: PostgreSQL), so
+    that a slice is held while its holder lives, however long its checks take, and due
+    again within ``hold`` of its holder's death. A renewal that fails is retried at the
+    next beat; a slice not renewed in time may be checked by another reconciler, whose
+    lease then refuses this one's writes (each is guarded by its lease owner): a check
+    repeated, never a result written twice or a request sent."""
+
+    def __init__(self, ledger: Ledger, clock: Clock, hold: float) -> None:
+        self.ledger = ledger
+        self.clock = clock
+        self.every = hold / 5
+        self.hold_for = hold
+        self._held: dict[str, str] = {}  # owner -> the time its slice's lease runs to
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="settled-lease", daemon=True)
+
+    def hold(self, owner: str, until: str) -> None:
+        with self._lock:
+            self._held[owner] = until
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            with self._lock:
+                held = list(self._held.items())
+            if not held:
+                continue
+            until = to_text(plus(self.clock.now(), self.hold_for))
+            try:
+                still = self.ledger.renew_leases(held, until=until)
+            except SettledError as exc:
+                log.warning("could not renew the check leases, retrying: %s", exc)
+                continue
+            with self._lock:
+                for owner, n in still.items():
+                    if n:
+                        self._held[owner] = until
+                    else:  # every row of that slice was written or handed back
+                        self._held.pop(owner, None)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
 
 
 class _Fanout:

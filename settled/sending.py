@@ -8,15 +8,14 @@ paths import them from here, so neither imports the other to share them.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 from . import policy
 from .errors import InvalidInput
-from .model import ActionRecord, Declared, Move, Status, WireResult
-from .policy import Verdict
+from .model import ActionRecord, Declared, Move, Status, WireResult, canonical_json
+from .policy import ReplyProof
 
 DEFAULT_LEASE_GRACE = 30.0
 DEFAULT_BACKOFF = 0.05  # s before the first repeat; doubles, capped at 2 s
@@ -78,7 +77,7 @@ class Attempt:
     claimed: ActionRecord
     declared: Declared
     taken: policy.Claim
-    verdicts: list[Verdict] = field(default_factory=list)
+    verdicts: list[ReplyProof] = field(default_factory=list)
     tries: list[dict[str, Any]] = field(default_factory=list)
     wire: WireResult | None = None
     late_send: bool = False
@@ -86,7 +85,7 @@ class Attempt:
     held: bool = False  # a provider's Retry-After outlasted the lease: never started
 
     @property
-    def verdict(self) -> Verdict:
+    def verdict(self) -> ReplyProof:
         return policy.settle_verdict(self.verdicts)
 
 
@@ -138,7 +137,7 @@ def check_params_json(params: Any) -> str:
     before anything is recorded, so that a request can never fail to encode after
     its claim."""
     try:
-        text = json.dumps(params, sort_keys=True, ensure_ascii=False, allow_nan=False)
+        text = canonical_json(params)
         text.encode("utf-8")
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         raise InvalidInput(f"params are not valid JSON: {exc}") from None

@@ -17,6 +17,7 @@ import os
 from typing import TYPE_CHECKING, Any, Self
 
 from .crashpoints import Probe, no_probe
+from .errors import LedgerMoved
 
 if TYPE_CHECKING:
     from .callbacks.hooks import Hooks
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from .dispatch import Dispatcher
     from .providers import Registry
     from .reconcile import Reconciler
-    from .storage import Ledger
+    from .storage import Ledger, PostgresSettings
 
 
 class Session:
@@ -48,6 +49,7 @@ class Session:
         self._ledger: Ledger | None = None
         self._registry: Registry | None = None
         self._hooks: Hooks | None = None
+        self._lent = False  # the ledger is another session's, shared: not closed here
         self.probe: Probe = no_probe  # crash points: armed only by ``settled.testing``
 
     def config(self) -> Config:
@@ -83,9 +85,19 @@ class Session:
                 migrate=self.migrate,
                 read_only=read_only,
                 probe=self.probe,
+                postgres=self.postgres_settings(),
             )
             self._ledger = self._not_moved(ledger, write=not read_only)
         return self._ledger
+
+    def postgres_settings(self) -> PostgresSettings:
+        """``[postgres]`` of settled.toml, as a PostgreSQL ledger takes it."""
+        from .storage import PostgresSettings
+
+        cfg = self.config()
+        return PostgresSettings(
+            pool_min=cfg.pool_min, pool_max=cfg.pool_max, pgbouncer=cfg.pgbouncer
+        )
 
     def _not_moved(self, ledger: Ledger, *, write: bool) -> Ledger:
         """A ledger ``migrate-ledger`` moved is refused to a writer (one line naming the
@@ -93,8 +105,7 @@ class Session:
         moved = ledger.moved()
         if moved is None:
             return ledger
-        from .errors import LedgerMoved
-        from .storage.base import moved_message
+        from .storage.ledger import moved_message
 
         if write:
             ledger.close()
@@ -168,13 +179,29 @@ class Session:
         """Requests in flight at once for a bulk dispatch to ``provider``."""
         return self.config().concurrency(explicit, [provider])[1][provider]
 
+    def share(self, ledger: Ledger) -> None:
+        """Use ``ledger`` (a thread-safe one another session opened, and closes) as this
+        session's: sessions of one process then share its connections
+        (``PostgresSettings.pool_max`` for the process, not for each session)."""
+        assert ledger.thread_safe and self._ledger is None
+        self._ledger, self._lent = ledger, True
+
+    def hand_over(self) -> Ledger:
+        """This session's open ledger, from now on closed by whoever took it: the
+        session goes on using it (``share``)."""
+        assert self._ledger is not None
+        self._lent = True
+        return self._ledger
+
     def close(self) -> None:
         if self._registry is not None:
             self._registry.close()
             self._registry = None
         if self._ledger is not None:
-            self._ledger.close()
+            if not self._lent:
+                self._ledger.close()
             self._ledger = None
+            self._lent = False
         self._hooks = None
         self._config = None
 

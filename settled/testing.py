@@ -28,7 +28,8 @@ def main(argv: list[str] | None = None) -> None:
         )
         sys.exit(2)
     point = args[1]
-    if point not in POINTS and not point.startswith("before_commit:"):
+    numbered = point.rpartition(":")[0] in POINTS and point.rpartition(":")[2].isdigit()
+    if point not in POINTS and not numbered and not point.startswith("before_commit:"):
         print(f"unknown crash point {point!r}; known: {', '.join(POINTS)}", file=sys.stderr)
         sys.exit(2)
     from .cli import common

@@ -24,6 +24,7 @@ class Gate:
         self._slots = threading.BoundedSemaphore(limit) if limit else None
         self._lock = threading.Lock()
         self._not_before = 0.0  # ``clock.steady()`` instant
+        self.why = ""  # what asked for the last hold: "HTTP 503", "HTTP 429"
 
     def slot(self) -> Gate:
         """Hold one of the provider's in-flight slots for one request: ``with gate.slot():``."""
@@ -37,10 +38,13 @@ class Gate:
         if self._slots is not None:
             self._slots.release()
 
-    def hold(self, seconds: float) -> None:
-        """Ask nothing of this provider for ``seconds`` from now (never shortens a hold)."""
+    def hold(self, seconds: float, why: str = "") -> None:
+        """Ask nothing of this provider for ``seconds`` from now (never shortens a hold);
+        ``why`` names the answer that asked for it."""
         with self._lock:
             self._not_before = max(self._not_before, steady() + seconds)
+            if why:
+                self.why = why
 
     def closed_for(self) -> float:
         """Seconds until the provider may be asked again (0 when it may now)."""

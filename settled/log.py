@@ -55,8 +55,9 @@ def failed(ch: Any) -> bool:
     """An attempt to check that could not observe anything: the query failed or the
     provider could not be used (not 'nothing yet', which is an answer; not a pause a
     provider asked for, nor a provider that is not configured here: neither is an
-    attempt). It may also be the attempt that gave the record up."""
-    return getattr(ch, "error", None) is not None
+    attempt; a pause writes its ``check_error`` all the same, but is ``paused``). It
+    may also be the attempt that gave the record up."""
+    return getattr(ch, "error", None) is not None and not getattr(ch, "paused", "")
 
 
 def transition(ch: Any, who: str) -> dict[str, Any]:
@@ -92,7 +93,7 @@ def check_failed(ch: Any, who: str) -> dict[str, Any]:
 
 def unusable(providers: dict[str, str], who: str) -> dict[str, Any]:
     """The line that says providers configured here cannot be built at all."""
-    from ..clock import to_text, utcnow
+    from .clock import to_text, utcnow
 
     return {
         "time": to_text(utcnow()),
@@ -106,7 +107,7 @@ def unusable(providers: dict[str, str], who: str) -> dict[str, Any]:
 
 
 def pass_line(report: Any, who: str, **extra: Any) -> dict[str, Any]:
-    from ..clock import to_text, utcnow
+    from .clock import to_text, utcnow
 
     waiting = len(report.waiting)
     return {

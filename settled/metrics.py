@@ -7,13 +7,19 @@
   ``settled_queue_depth{status,provider}`` (open records, as of the last pass; 0 for
   every open status of every configured provider and of every provider with records),
   ``settled_checks_failing{provider}`` (open records whose last check could not be
-  made: a broken verifier), ``settled_checks_total{result}`` (what each provider
+  made: a broken verifier, or a provider that asked for a pause),
+  ``settled_provider_paused_seconds{provider}`` (how long every check of it has failed,
+  ``settled.outage``), ``settled_provider_outage{provider}`` (1 once that lasted
+  its ``outage_after``), ``settled_checks_total{result}`` (what each provider
   query observed; ``error`` when it could not observe anything),
-  ``settled_passes_total{result}``, ``settled_pass_duration_seconds`` (histogram),
+  ``settled_dispatch_outcomes_total{outcome,status}`` (for a process that dispatches:
+  ``settled serve``), ``settled_passes_total{result}``,
+  ``settled_pass_duration_seconds`` (histogram),
   ``settled_last_successful_pass_timestamp_seconds`` and ``settled_healthy``.
 - ``/healthz``: 200 while passes succeed; 503 before the first pass has finished and
   after a failed one. The body names the providers whose records cannot be checked
-  now (a pass that runs is healthy even when a provider is down: the status stays 200).
+  now and the providers in an outage (a pass that runs is healthy even when a provider
+  is down: the status stays 200).
 
 prometheus_client is an optional extra (``pip install 'settled[metrics]'``): only a
 daemon that exports metrics needs it. The HTTP server is the standard library's, so
@@ -27,9 +33,10 @@ from collections.abc import Callable, Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from ..errors import InvalidInput
+from .errors import InvalidInput
+from .model import TERMINAL, Status
 
-OPEN = ("PENDING", "IN_FLIGHT", "AWAITING_VERIFICATION", "DENIED_UNRESOLVED")
+OPEN = tuple(s.value for s in Status if s not in TERMINAL)
 INSTALL = "pip install 'settled[metrics]'"
 
 
@@ -84,6 +91,14 @@ class Metrics:
             ["provider", "reason"],
             registry=r,
         )
+        self.dispatches = Counter(
+            "settled_dispatch_outcomes",
+            "Dispatch and confirm calls this process answered, by what the call did "
+            "(dispatched, recorded, already_completed, in_progress, blocked) and the "
+            "action's status after it (a send the provider refused is FAILED, not a 201).",
+            ["outcome", "status"],
+            registry=r,
+        )
         self.duration = Histogram(
             "settled_pass_duration_seconds",
             "How long a reconciliation pass took.",
@@ -100,9 +115,12 @@ class Metrics:
         )
         self._queue: dict[tuple[str, str], int] = {}
         self._failing: dict[str, int] = {}
+        # provider -> (seconds failing, an outage, why, since), as of the last pass
+        self._outages: dict[str, tuple[float, bool, str, str]] = {}
         self._ok: bool | None = None  # None: no pass has finished yet
         self._why = "no pass has finished yet"
         r.register(_QueueCollector(lambda: (self._queue, self._failing)))
+        r.register(_OutageCollector(lambda: (self._failing, self._outages)))
         for result in ("ok", "failed"):
             self.passes.labels(result)  # exported at 0 from the start
         self._server: ThreadingHTTPServer | None = None
@@ -128,6 +146,13 @@ class Metrics:
             self.callbacks.labels(label, reason).inc(n)
         for frm, to in getattr(answer, "moves", ()):
             self.transitions.labels(frm, to, "callback").inc()
+
+    def dispatched(self, report: Any) -> None:
+        """One dispatch (or confirm) call's answer (``settled.sending.Report``): its
+        outcome and the action's status after it (``none`` without a record)."""
+        rec = getattr(report, "record", None)
+        status = str(rec.status) if rec is not None else "none"
+        self.dispatches.labels(str(report.outcome), status).inc()
 
     def check(self, ch: Any, failed: bool) -> None:
         """A check that moved nothing: what it saw, or ``error`` when it could not see
@@ -164,6 +189,12 @@ class Metrics:
         self._queue = depth
         self._failing = {**dict.fromkeys(known, 0), **failing}
 
+    def outages(self, figures: dict[str, tuple[float, bool, str, str]]) -> None:
+        """Each troubled provider's (seconds every check has failed, past its
+        ``outage_after``, what the checks met, since when), as of the last pass
+        (``Outages.figures``); every other known provider reads 0."""
+        self._outages = dict(figures)
+
     def health(self) -> tuple[int, str]:
         """The status (200 while passes succeed) and a body that also names the
         providers whose records cannot be checked now (the status stays 200: the
@@ -175,6 +206,9 @@ class Metrics:
                 f"{p} ({n} record{'' if n == 1 else 's'})" for p, n in sorted(failing.items())
             )
             broken = f"cannot be checked now: {named}\n"
+        for p, (seconds, loud, why, since) in sorted(self._outages.items()):
+            if loud:
+                broken += f"outage: {p} has failed every check for {seconds:.0f} s ({why} since {since})\n"
         if self._ok:
             return 200, "ok\n" + broken
         return 503, f"unhealthy: {self._why}\n" + broken
@@ -255,6 +289,43 @@ class _QueueCollector:
         for provider, n in sorted(failing.items()):
             f.add_metric([provider], n)
         yield f
+
+    def describe(self) -> list[Any]:
+        return []
+
+
+class _OutageCollector:
+    """``settled_provider_paused_seconds`` and ``settled_provider_outage`` for every known
+    provider (0 while it answers), as of the last pass."""
+
+    def __init__(
+        self,
+        read: Callable[[], tuple[dict[str, int], dict[str, tuple[float, bool, str, str]]]],
+    ) -> None:
+        self.read = read
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        failing, outages = self.read()
+        known = sorted(set(failing) | set(outages))
+        paused = GaugeMetricFamily(
+            "settled_provider_paused_seconds",
+            "Seconds every check of the provider has failed (it answered 429/503 or could "
+            "not be reached), as of the last pass; 0 while it answers.",
+            labels=["provider"],
+        )
+        down = GaugeMetricFamily(
+            "settled_provider_outage",
+            "1 once the provider's checks have failed for its outage_after, else 0.",
+            labels=["provider"],
+        )
+        for provider in known:
+            seconds, loud, _why, _since = outages.get(provider, (0.0, False, "", ""))
+            paused.add_metric([provider], round(seconds, 3))
+            down.add_metric([provider], 1 if loud else 0)
+        yield paused
+        yield down
 
     def describe(self) -> list[Any]:
         return []

@@ -10,20 +10,23 @@ interval job, until asked to stop.
   finish, hands the rest of the batch back to the ledger, and returns from ``serve``.
   A stop requested before ``serve`` (during the daemon's start-up) runs no pass:
   ``serve`` logs ``started``, ``stopping`` and ``stopped`` and returns.
-- The log is one JSON line per event (``settled.daemon.log``): each status move after
+- The log is one JSON line per event (``settled.log``): each status move after
   its commit, a ``check_failed`` warning per attempt that could not observe anything
   (provider, operation, error class; such attempts count, rule 15), a summary per
-  pass, a heartbeat at a steady interval.
+  pass, a heartbeat at a steady interval, and a ``provider_outage`` warning when a
+  provider's checks have all failed for its ``outage_after`` (``settled.outage``),
+  with a ``provider_recovered`` one when it answers again.
 - Before each pass it reads the ledger's schema version again (one cheap read): when
   it moved since the start (a newer settled ran ``settled migrate``), the daemon logs
   one ``ledger_changed`` line, runs no pass on a schema it does not know, and stops
   with exit 1 (rule 18).
-- ``metrics`` (``settled.daemon.metrics``) and ``notifier`` (systemd's
-  ``Type=notify`` and watchdog, ``settled.daemon.notify``) are optional.
+- ``metrics`` (``settled.metrics``) and ``notifier`` (systemd's
+  ``Type=notify`` and watchdog, ``settled.notify``) are optional.
 
 Errors of one pass are logged and the next run tries again: a locked or briefly
 unreadable ledger must not end the daemon. This is a process boundary, like the CLI's
-``main``, and the one place here that catches broadly.
+``main``, and the one place here that catches broadly. ``settled daemon`` runs it, and
+``settled serve --reconcile`` runs the same sweeper beside its routes.
 """
 
 from __future__ import annotations
@@ -34,14 +37,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..clock import Clock, nap, steady, to_text
-from ..crashpoints import Probe, no_probe
-from ..errors import LedgerMoved, SettledError
-from ..reconcile import DEFAULT_BATCH, DEFAULT_LEASE, Change, Reconciler
-from ..storage import Ledger
-from ..storage.base import moved_message
+from .clock import Clock, nap, steady, to_text
+from .crashpoints import Probe, no_probe
+from .errors import LedgerMoved, SettledError
 from .log import Log, check_failed, failed, json_lines, one_line, pass_line, transition
+from .model import TERMINAL
 from .notify import Notifier
+from .outage import Outages
+from .reconcile import DEFAULT_BATCH, DEFAULT_LEASE, Change, Reconciler
+from .storage import Ledger
+from .storage.ledger import moved_message
 
 DEFAULT_HEARTBEAT = 60.0  # s between heartbeat lines
 
@@ -63,6 +68,19 @@ class _SchedulerLog(logging.Handler):
         self.sweeper.emit("scheduler", level=record.levelname.lower(), message=msg)
 
 
+# s: the shortest slice lease a daemon takes, whatever its interval. Its heartbeat
+# renews it every fifth of it: a holder's heartbeat may fall 4 s behind on a loaded
+# host before another daemon could take the slice (and repeat a check, never a send).
+MIN_HOLD = 5.0
+
+
+def hold_for(interval: float, lease: float) -> float:
+    """The lease of a daemon's slice on a shared (PostgreSQL) ledger: one interval
+    (at least ``MIN_HOLD``, at most ``[reconcile] lease``), renewed while the daemon
+    holds it, so that a killed daemon's slice is due again within one interval."""
+    return min(lease, max(MIN_HOLD, interval))
+
+
 @dataclass
 class Sweeper:
     ledger: Ledger
@@ -76,9 +94,10 @@ class Sweeper:
     log: Log = field(default_factory=json_lines)
     name: str = field(default_factory=lambda: f"daemon:{os.getpid()}")
     heartbeat: float = DEFAULT_HEARTBEAT
-    metrics: Any = None  # settled.daemon.metrics.Metrics
+    metrics: Any = None  # settled.metrics.Metrics
     metrics_address: str | None = None  # where it serves, for the started line
     notifier: Notifier = field(default_factory=lambda: Notifier({}))
+    outages: Outages = field(default_factory=Outages)  # each provider's failing checks
     # A plain flag, not a threading.Event: request_stop runs in signal handlers, and
     # Event.set takes the event's lock, which the serving thread holds for a moment in
     # every Event.wait: a signal landing in that moment waited on it forever.
@@ -93,6 +112,7 @@ class Sweeper:
     _progress_at: float = field(default_factory=time.monotonic)
     _overrun_logged: bool = False
     _depth: dict[str, int] = field(default_factory=dict)
+    _failing_since: dict[str, float] = field(default_factory=dict)  # as of the last pass
     schema: int | None = None  # the ledger's schema version at the start
     exit_code: int = 0  # 1 once the schema moved under the daemon (``ledger_changed``)
     moved: str | None = None  # why it stopped: its ledger was moved (migrate-ledger)
@@ -140,6 +160,7 @@ class Sweeper:
         if failed(ch):  # the attempt that gave the record up could not check either
             self.log(check_failed(ch, self.name))
         self.log(transition(ch, self.name))
+        self.outages.saw(ch)
         if self.metrics is not None:
             self.metrics.transition(ch)
 
@@ -148,6 +169,7 @@ class Sweeper:
         bad = failed(ch)
         if bad:
             self.log(check_failed(ch, self.name))
+        self.outages.saw(ch)
         if self.metrics is not None:
             self.metrics.check(ch, bad)
 
@@ -199,9 +221,11 @@ class Sweeper:
             probe=self.probe,
             concurrency=self.concurrency[0],
             limits=self.concurrency[1],
+            hold=hold_for(self.interval, self.lease),
         )
         try:
             report = reconciler.run_due()
+            self.ledger.fold_counts()  # ended sessions' counts into one row each
             depth = self.ledger.status_counts()
             failing = self.ledger.check_failures()
         except LedgerMoved as exc:
@@ -222,8 +246,13 @@ class Sweeper:
         self._depth = {}
         for (status, _provider), n in depth.items():
             self._depth[status] = self._depth.get(status, 0) + n
+        for line in self.outages.pass_ended(failing):
+            self.emit(line.pop("event"), **line)
+        figures = self.outages.figures()  # on this thread: the heartbeat reads a copy
+        self._failing_since = {p: round(f[0], 3) for p, f in sorted(figures.items())}
         if self.metrics is not None:
             self.metrics.queue(depth, failing)
+            self.metrics.outages(figures)
             self.metrics.pass_ended(True, time.monotonic() - started, time.time())
         if report.examined or report.stopped:
             self.log(pass_line(report, self.name))
@@ -279,7 +308,8 @@ class Sweeper:
             last_pass_ok=self.last_pass_ok,
             last_pass_at=self.last_pass_at,
             in_pass=self._in_pass,
-            open={k: v for k, v in sorted(self._depth.items()) if k not in ("CONFIRMED", "FAILED")},
+            open={k: v for k, v in sorted(self._depth.items()) if k not in TERMINAL},
+            failing_since=self._failing_since,
         )
 
     def alive(self) -> bool:
