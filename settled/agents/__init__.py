@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import InvalidInput
-from .core import (
+from ..toolbox import (
     ACTION_ID_SCHEMA,
     CHECK_ACTION,
     Operation,
@@ -42,12 +42,14 @@ STYLES = ("json", "openai", "anthropic")
 
 
 class Tool:
-    """One operation as a callable: ``tool(action_id, **params) -> ToolResult``.
+    """One operation as a callable: ``tool(action_id, **params) -> ToolResult``, or
+    ``tool(**params)`` where the operation's action key makes the id from the params.
 
-    A repeated ``action_id`` never sends twice. When the operation needs a person's
+    A repeated ``action_id`` (or intent) never sends twice. When the operation needs a person's
     confirmation, ``confirm(question) -> bool`` is asked (through the same atomic
-    claim as ``settled confirm``); without it the result is ``accepted``, awaiting
-    ``settled confirm`` from a shell. ``wait`` seconds of in-process verification
+    claim as ``settled confirm``); without it, or where the operation declares
+    ``approval = "person"``, the result is ``accepted``, awaiting ``settled confirm``
+    from a shell. ``wait`` seconds of in-process verification
     follow each call (0: return at once; the daemon or ``check`` verifies later)."""
 
     def __init__(
@@ -59,16 +61,17 @@ class Tool:
         self.wait = wait
         self.name = op.name
 
-    def __call__(self, action_id: str, /, **params: Any) -> ToolResult:
+    def __call__(self, action_id: str | None = None, /, **params: Any) -> ToolResult:
         return self.run(action_id, params)
 
     def run(self, action_id: Any, params: Any) -> ToolResult:
         submitted = self.toolbox.submit(self.op, action_id, params)
         result = submitted.result
-        if submitted.awaiting_confirmation and self.confirm is not None:
+        ask = submitted.awaiting_confirmation and not self.op.person_only
+        if ask and self.confirm is not None:
             aid = result.action_id
             if self.confirm(self.toolbox.question(self.op, aid)) is True:
-                result = self.toolbox.confirm(aid)
+                result = self.toolbox.confirm(aid, params_hash=submitted.record.params_hash)
             else:
                 result = self.toolbox.unconfirmed(aid, "the person declined")
         if self.wait > 0 and result.status == "accepted" and result.settled_status != "PENDING":
@@ -173,7 +176,7 @@ def call(
     found = tools(db=db, config=config).get(name)
     if found is None:
         raise InvalidInput(f"unknown tool {name!r}")
-    check_arguments(args, {"action_id", "params"})
+    check_arguments(args, found.op.arguments)
     found.confirm = confirm
     return found.run(args.get("action_id"), args.get("params"))
 

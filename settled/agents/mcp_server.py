@@ -10,14 +10,17 @@ tools are declared at run time from settled.toml, one per operation:
     settled://actions/{action_id}    resource: one action's record and timeline
 
 Every result carries ``{action_id, status, settled_status, reason, next_check_at}``
-as structured content and one line of text (``settled.agents.core``). Errors are
+as structured content and one line of text (``settled.toolbox``). Errors are
 ``isError`` results with a one-line message; no traceback ever reaches the client.
 
+An operation whose action key names the action (rule 21) takes ``{params}`` alone.
 An operation that needs a person's confirmation is recorded first; the person is
 then asked through elicitation (a server-to-client request on handshake-era
 connections, an ``InputRequiredResult`` round on 2026-07-28 connections). An
-approval goes through the same atomic claim as ``settled confirm``; without
-elicitation the result is ``accepted``, awaiting ``settled confirm`` from a shell.
+approval goes through the same atomic claim as ``settled confirm``, bound to the
+params the person was shown; without elicitation, or where the operation declares
+``approval = "person"``, the result is ``accepted``, awaiting ``settled confirm`` (the
+API, the console) and the client is never asked. No tool input can approve.
 
 Ledger and provider calls are blocking: they run in worker threads, each with a
 session of its own from a pool opened at start, so concurrent calls never share a
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
@@ -39,8 +43,8 @@ from mcp.server.context import ServerRequestContext
 from mcp_types.version import is_version_at_least
 
 from .. import __version__
-from ..errors import NotFound, SettledError
-from .core import (
+from ..errors import InvalidInput, NotFound, SettledError
+from ..toolbox import (
     CHECK_ACTION,
     LIST_UNRESOLVED,
     QUEUE_SCHEMA,
@@ -231,7 +235,7 @@ class SettledMCP:
         op = self.ops.get(name)
         if op is None:
             return tool_error(f"error: unknown tool {name!r}")
-        check_arguments(args, {"action_id", "params"})
+        check_arguments(args, op.arguments)
         submitted = await _thread(
             self.toolbox.submit, op, args.get("action_id"), args.get("params")
         )
@@ -252,6 +256,8 @@ class SettledMCP:
     ) -> types.CallToolResult | types.InputRequiredResult:
         """The record is PENDING: ask the person where the client can, else say so."""
         aid = submitted.result.action_id
+        if op.person_only:  # approval = "person": settled confirm, the API or the console
+            return tool_result(submitted.result)
         if not _can_ask(ctx.session.client_capabilities):
             return tool_result(submitted.result)  # accepted: awaiting a person's confirmation
         message = await _thread(self.toolbox.question, op, aid)
@@ -285,7 +291,8 @@ class SettledMCP:
                     await _thread(self.toolbox.unconfirmed, aid, "no answer from a person in time")
                 )
         if answer.action == "accept" and (answer.content or {}).get("confirm") is True:
-            return tool_result(await _thread(self.toolbox.confirm, aid))
+            shown = submitted.record.params_hash  # the approval is of the params asked about
+            return tool_result(await _thread(partial(self.toolbox.confirm, aid, params_hash=shown)))
         why = {
             "accept": "the person did not tick 'Send it'",
             "decline": "the person declined",
@@ -415,7 +422,6 @@ def serve_http(server: Server[Any], host: str, port: int) -> None:
         sock.listen(2048)
     except OSError as exc:
         sock.close()
-        from ..errors import InvalidInput
 
         raise InvalidInput(f"--http {host}:{port}: cannot listen: {exc.strerror or exc}") from None
     bound = sock.getsockname()[1]

@@ -25,14 +25,18 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..clock import from_text
-from ..errors import ConfigError, Conflict, InvalidInput, LedgerError, NotFound, OutcomeNotRecorded
-from ..model import MAX_ACTION_ID, ActionRecord, Status, Tier
-from ..model import check_action_id as model_check_action_id
-from ..session import Session
-from ..wait import only_a_person
+from . import intent
+from .clock import from_text
+from .errors import ConfigError, Conflict, InvalidInput, LedgerError, NotFound, OutcomeNotRecorded
+from .model import MAX_ACTION_ID, ActionRecord, Status, Tier
+from .model import check_action_id as model_check_action_id
+from .session import Session
+from .wait import only_a_person
+
+if TYPE_CHECKING:
+    from ..storage import Ledger
 
 STATUSES = ("success", "accepted", "uncertain", "failed")
 CHECK_ACTION = "check_action"
@@ -215,6 +219,30 @@ class Operation:
         schema = getattr(self.spec, "params_schema", None)
         return schema if isinstance(schema, Mapping) else None
 
+    @property
+    def action_key(self) -> str | None:
+        """The intent key (rule 21): the action id is made from the params by it, and
+        the tool takes no ``action_id``."""
+        key = getattr(self.spec, "action_key", None)
+        return key if isinstance(key, str) and key else None
+
+    @property
+    def person_only(self) -> bool:
+        """Only a person may approve, through ``settled confirm``, the API or the
+        console: no agent client or framework is asked (``approval = "person"``)."""
+        return self.needs_confirmation and getattr(self.spec, "approval", "client") == "person"
+
+    def action_id(self, given: Any, params: Mapping[str, Any]) -> str:
+        """The action id of a call: made from ``params`` where the operation declares
+        an action key (a ``given`` id must then be that one), else ``given``."""
+        if self.action_key is None:
+            return check_action_id(given)
+        made = intent.intended_id(
+            self.spec, params, None if given is None else check_action_id(given)
+        )
+        assert made is not None
+        return made
+
     def description(self) -> str:
         """What the operation does (as declared) and what its tier can prove, in words."""
         own = str(getattr(self.spec, "description", "") or "").strip()
@@ -226,22 +254,60 @@ class Operation:
             verifies=f" ({verifies})" if verifies else "",
         )
         parts = [head, tier]
-        if self.needs_confirmation:
+        if self.person_only:
+            parts.append(
+                "A person must confirm each call through settled itself (`settled confirm`, "
+                "its API or console) before anything is sent; no client can approve it: the "
+                "result is 'accepted', awaiting that confirmation."
+            )
+        elif self.needs_confirmation:
             parts.append(
                 "A person must confirm each call before anything is sent: the client is asked "
                 "where it supports it; otherwise the result is 'accepted' awaiting confirmation."
             )
+        if self.action_key:
+            names = ", ".join(intent.required(intent.compiled(self.action_key)))
+            parts.append(
+                f"The action is named by its business arguments ({names}; action key "
+                f"{self.action_key!r}): calling again with the same ones never sends twice, "
+                "from any turn or agent; it returns the action's current status."
+            )
+        else:
+            parts.append("The same action_id never sends twice.")
         parts.append(
-            "The same action_id never sends twice. Every result has status success | accepted "
-            "| uncertain | failed; only 'success' means the effect was observed."
+            "Every result has status success | accepted | uncertain | failed; only 'success' "
+            "means the effect was observed."
         )
         return " ".join(parts)
 
-    def input_schema(self) -> dict[str, Any]:
+    def params_input_schema(self) -> dict[str, Any]:
+        """The params' JSON schema as a tool shows it: the operation's own (or any
+        object), with the params an action key is made from required."""
         params: dict[str, Any] = dict(self.params_schema or {"type": "object"})
         params.setdefault("description", f"Parameters of {self.provider}.{self.operation}.")
+        if self.action_key:
+            keyed = intent.required(intent.compiled(self.action_key))
+            params["required"] = list(dict.fromkeys([*params.get("required", []), *keyed]))
+        return params
+
+    @property
+    def arguments(self) -> set[str]:
+        """The names a call of this tool may give."""
+        return {"params"} if self.action_key else {"action_id", "params"}
+
+    def input_schema(self) -> dict[str, Any]:
+        """``{action_id, params}``; ``{params}`` alone where an action key names the
+        action. Nothing in it can approve an action: approval is a person's."""
+        params = self.params_input_schema()
+        if self.action_key:
+            return {
+                "type": "object",
+                "properties": {"params": params},
+                "required": ["params"],
+                "additionalProperties": False,
+            }
         required = ["action_id"]
-        if self.params_schema and self.params_schema.get("required"):
+        if params.get("required"):
             required.append("params")
         return {
             "type": "object",
@@ -283,7 +349,7 @@ def check_params(op: Operation, params: Any) -> dict[str, Any]:
         params = {}
     if not isinstance(params, dict):
         raise InvalidInput(f"params must be a JSON object, got {type(params).__name__}")
-    from ..dispatch import check_params_json
+    from .dispatch import check_params_json
 
     check_params_json(params)  # strict JSON (no lone surrogate, NaN) and not too deep
     schema = op.params_schema
@@ -347,7 +413,9 @@ class Toolbox:
     Each call works in a session of its own. With ``pool`` > 0, up to that many
     sessions are kept open (``prepare`` opens them all) and calls from several threads
     run side by side; with ``pool=0`` each call opens a session and closes it after.
-    ``close`` closes the pool."""
+    ``close`` closes the pool. A ledger that threads may share (PostgreSQL) is opened
+    once and shared by the pool's sessions: the process holds the connections of one
+    ledger (``[postgres] pool_max``), however many sessions run at once."""
 
     def __init__(
         self,
@@ -369,15 +437,27 @@ class Toolbox:
         self._idle: list[Session] = []
         self._open = 0
         self._closed = False
+        self._shared: Ledger | None = None  # the ledger the pool's sessions share
 
     def _new(self, create: bool) -> Session:
         s = Session(db=self.db, config_path=self.config_path, migrate=self.migrate)
         try:
-            s.ledger(create=create)
+            shared = self._shared
+            if shared is not None:
+                s.share(shared)
+            elif s.ledger(create=create).thread_safe and self.pool > 0:
+                with self._lock:
+                    if self._shared is None:  # from now on the toolbox closes it, last
+                        self._shared = s.hand_over()
         except BaseException:
             s.close()
             raise
         return s
+
+    def shared_ledger(self) -> Ledger | None:
+        """The ledger the pool's sessions share, once one is open (None: each has its
+        own, as a SQLite session does)."""
+        return self._shared
 
     def _take(self, create: bool) -> Session:
         if self.pool <= 0:
@@ -429,6 +509,9 @@ class Toolbox:
             self._open -= len(idle)
         for s in idle:
             s.close()
+        shared, self._shared = self._shared, None
+        if shared is not None:
+            shared.close()
 
     def __enter__(self) -> Toolbox:
         return self
@@ -484,10 +567,12 @@ class Toolbox:
         (the claim makes a repeated id a no-op). A record left ``PENDING`` (this
         operation needs confirmation, or ``settled dispatch --needs-confirmation``
         recorded it) comes back with ``awaiting_confirmation``."""
-        from ..dispatch import Outcome
+        from .dispatch import Outcome
 
-        aid = check_action_id(action_id)
+        if op.action_key is None:
+            check_action_id(action_id)
         values = check_params(op, params)
+        aid = op.action_id(action_id, values)
         with self.session(create=True) as s:
             try:
                 report = s.dispatcher(self.actor).submit(
@@ -497,7 +582,10 @@ class Toolbox:
                     action_id=aid,
                     needs_confirmation=op.needs_confirmation,
                 )
-            except Conflict:  # the CLI's message names its flag; a model needs the field
+            except Conflict:
+                if op.action_key:  # the dispatcher's message names the intent
+                    raise
+                # the CLI's message names its flag; a model needs the field
                 raise Conflict(
                     f"action_id {aid!r} is already used with different params; nothing was "
                     "sent. Use a new action_id only for a different action"
@@ -509,18 +597,41 @@ class Toolbox:
         assert rec is not None  # submit always returns the record it made or found
         # A new action was dispatched or recorded; any other outcome found an existing one.
         repeated = report.outcome not in (Outcome.DISPATCHED, Outcome.RECORDED)
-        note = "repeated action_id: nothing sent again" if repeated else ""
-        return Submitted(result_for(rec, note), rec, repeated)
+        note = ""
+        if repeated:
+            what = "intent" if op.action_key else "action_id"
+            note = f"repeated {what}: nothing sent again"
+        result = result_for(rec, note)
+        if op.person_only and rec.status is Status.PENDING:
+            result = replace(result, text=f"{result.text}; {PERSON_ONLY_NOTE}")
+        if op.action_key and rec.status is Status.FAILED:  # no new id can make a new try
+            again = f"`settled retry {rec.action_id}` opens a new attempt of this intent"
+            result = replace(result, text=f"{result.text}; {again}")
+        return Submitted(result, rec, repeated)
 
-    def confirm(self, action_id: str, *, by: str = "") -> ToolResult:
+    def existing(self, op: Operation, action_id: Any, params: Any) -> ActionRecord | None:
+        """The record a call with these arguments would reach, if it exists already
+        (nothing is recorded or sent); bad arguments raise as ``submit`` would."""
+        values = check_params(op, params)
+        aid = op.action_id(action_id, values)
+        with self.session(create=True) as s:
+            found: ActionRecord | None = s.ledger().find(aid)
+        return found
+
+    def confirm(
+        self, action_id: str, *, by: str = "", params_hash: str | None = None
+    ) -> ToolResult:
         """A person approved: the same atomic claim as ``settled confirm``; whoever
-        loses the race sends nothing (rule 8 in docs/rules.md)."""
-        from ..dispatch import Outcome
+        loses the race sends nothing (rule 8 in docs/rules.md). ``params_hash`` binds
+        the approval to the params the person was shown: other params need a new one."""
+        from .dispatch import Outcome
 
         aid = check_action_id(action_id)
         with self.session() as s:
             try:
-                report = s.dispatcher(by or f"{self.actor}-confirmation").confirm(aid)
+                report = s.dispatcher(by or f"{self.actor}-confirmation").confirm(
+                    aid, params_hash=params_hash
+                )
             except OutcomeNotRecorded as exc:  # sent: the answer is the record's
                 return unrecorded_result(_as_it_stands(s, exc), exc, "confirmed and sent once")
         if report.record is None:
@@ -545,7 +656,7 @@ class Toolbox:
     def settle(self, action_id: str, timeout: float) -> ToolResult:
         """Run verification in this process (``settled.wait``) until the action is
         settled, only a person can settle it, or ``timeout`` seconds have passed."""
-        from ..wait import wait_for
+        from .wait import wait_for
 
         with self.session() as s:
             rec = wait_for(s.reconciler(actor=f"{self.actor}-wait"), action_id, timeout)
@@ -561,10 +672,14 @@ class Toolbox:
             why = one_line(str(exc).split("; ")[0])
             return replace(result, text=f"{result.text}; waiting stopped: {why}")
 
-    def unconfirmed(self, action_id: str, why: str) -> ToolResult:
-        """The record as it stands after a person did not approve it."""
+    def unconfirmed(self, action_id: str, why: str, *, by: str = "") -> ToolResult:
+        """The record after a person did not approve it: the refusal is recorded (an
+        event on the PENDING record) and nothing is sent."""
         with self.session() as s:
-            rec = _get(s.ledger(), check_action_id(action_id))
+            _get(s.ledger(), check_action_id(action_id))
+            report = s.dispatcher(by or f"{self.actor}-confirmation").decline(action_id, why)
+        rec = report.record
+        assert rec is not None
         if rec.status is not Status.PENDING:
             return result_for(rec, f"{why}, but another caller had already confirmed it")
         return result_for(rec, f"{why}: nothing was sent")
@@ -671,6 +786,10 @@ def dumps(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, sort_keys=True, default=str)
 
 
+PERSON_ONLY_NOTE = (
+    "only a person can approve it, through `settled confirm`, the API or the console; "
+    "no client or tool input can"
+)
 QUESTION_PARAMS = 600  # characters of params a question shows
 HIDDEN_NOTE = "(contains hidden control characters, shown escaped)"
 
