@@ -1,7 +1,7 @@
 """The command line: parse, call the core, render. Nothing else lives here.
 
 Errors are converted to exit codes and one-line messages in ``main`` only. This
-module stays tiny: the Typer app (``settled.cli.app``) is imported inside ``main``,
+module stays tiny: the Typer app (``settled.cli.commands``) is imported inside ``main``,
 so a Ctrl-C at any moment of start-up ends with "interrupted" and exit 130, never a
 traceback. Heavy imports (httpx, rich.table, sqlite-utils, apscheduler) happen
 inside the commands that need them, so ``settled show ID --json`` starts fast.
@@ -11,6 +11,17 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    """``settled.cli:app``, the Typer app, for tools that take an app by its import
+    path; loaded on first use, so ``import settled.cli`` stays light (PEP 562)."""
+    if name == "app":
+        from .commands import app
+
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -70,8 +81,8 @@ def _run(argv: list[str] | None) -> int:
     from typer.main import get_command
 
     from ..errors import SettledError
-    from . import common, shells
-    from .app import app
+    from . import common, completion
+    from .commands import app
     from .typerapp import Interrupted
 
     # What start-up made (modules, classes, the app: ≈35,000 objects) lives as long as the
@@ -83,7 +94,7 @@ def _run(argv: list[str] | None) -> int:
     common.STATE.close()  # main() may run more than once in a process (tests, embedding)
     try:
         command = get_command(app)
-        shells.install()  # after Typer registered its own completion classes, in get_command
+        completion.install()  # after Typer registered its own completion classes, in get_command
         # Not standalone: Click's own errors come here, to be shown through the sanitizer.
         rv = command.main(args=argv, prog_name="settled", standalone_mode=False)
         return rv if isinstance(rv, int) else 0
@@ -130,7 +141,7 @@ def _show_click_error(exc: BaseException) -> None:
     (an option or command name may carry escape characters)."""
     import io
 
-    from .render import term
+    from ..display import term
 
     buf = io.StringIO()
     exc.show(file=buf)  # type: ignore[attr-defined]
@@ -141,8 +152,7 @@ def _show_click_error(exc: BaseException) -> None:
 def _line(exc: BaseException) -> str:
     """An error's message as one safe line: no markup is involved, but control and
     escape characters from ids or provider text are written out (rule 13)."""
-    from .common import one_line
-    from .render import term
+    from ..display import one_line, term
 
     return term(one_line(str(exc)), limit=2000)
 

@@ -4,11 +4,12 @@ registry once, and rendering records as JSON or for people."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 from typing import Any
 
+from ..display import config_secrets as _config_secrets
+from ..display import one_line
 from ..model import Status
 from ..session import Session
 from .render import STATUS_STYLE  # noqa: F401  (re-exported for renderers elsewhere)
@@ -22,14 +23,6 @@ EXIT_BY_STATUS = {
     Status.DENIED_UNRESOLVED: 4,
     Status.FAILED: 5,
 }
-STATUSES = (
-    "PENDING",
-    "IN_FLIGHT",
-    "AWAITING_VERIFICATION",
-    "CONFIRMED",
-    "FAILED",
-    "DENIED_UNRESOLVED",
-)
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_UNRESOLVED = 4
@@ -71,8 +64,34 @@ def default_actor() -> str:
         return f"uid:{os.getuid()}"
 
 
-def one_line(text: str) -> str:
-    return " ".join(text.split())
+OPERATOR_ENV = "SETTLED_OPERATOR"
+
+
+def person(by: str | None) -> str:
+    """Who a person at this terminal is, for every command that changes a record:
+    ``--by``, else ``SETTLED_OPERATOR``, else the OS user. A name the ledger cannot
+    keep apart from a surface (`` via ``, control characters) is refused before any
+    ledger is opened (exit 1), as the API and the console refuse it."""
+    from ..errors import InvalidInput
+    from ..model import name_problem
+
+    if by is not None:
+        name, where = by, "--by"
+    elif os.environ.get(OPERATOR_ENV, "").strip():
+        name, where = os.environ[OPERATOR_ENV], OPERATOR_ENV
+    else:
+        name, where = default_actor(), "the OS user"
+    if not name.strip():
+        raise InvalidInput(f"{where} must not be empty")
+    problem = name_problem(name.strip())
+    if problem:
+        raise InvalidInput(f"{where}: {problem}")
+    return name.strip()
+
+
+def operator(by: str | None) -> str:
+    """The actor of a person's command in the ledger's events: ``operator:NAME``."""
+    return f"operator:{person(by)}"
 
 
 class State(Session):
@@ -88,7 +107,7 @@ class State(Session):
     def moved_notice(self, line: str) -> None:
         if self.extra.get("completing"):
             return
-        from .render import term
+        from ..display import term
 
         print(f"settled: {term(line, limit=2000)}", file=sys.stderr)
 
@@ -111,95 +130,6 @@ def console(stderr: bool = False) -> Any:
     from .render import console as make
 
     return make(stderr)
-
-
-MAX_DURATION = 100 * 366 * 86400.0  # s: a century
-
-
-def parse_duration(text: str) -> float:
-    """'90', '90s', '10m', '2h', '1d' → seconds."""
-    from ..errors import InvalidInput
-
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    t = text.strip().lower()
-    mult = 1
-    if t and t[-1] in units:
-        mult = units[t[-1]]
-        t = t[:-1]
-    try:
-        value = float(t)
-    except ValueError:
-        raise InvalidInput(f"bad duration {text!r}: use e.g. 90s, 10m, 2h or 1d") from None
-    if value < 0 or math.isnan(value) or math.isinf(value):
-        raise InvalidInput(f"bad duration {text!r}: must be a finite number >= 0")
-    if value * mult > MAX_DURATION:  # beyond what a date can be shifted by
-        raise InvalidInput(f"bad duration {text!r}: at most {MAX_DURATION // 86400:g}d")
-    return value * mult
-
-
-RESOLVE_FLAGS = "--applied|--not-applied --reason …"
-
-
-def next_step(rec: Any, now: Any = None) -> str:
-    """What settles this record next, in words: an automatic check, or the command a
-    person runs (ids shell-quoted, so the hint can be pasted).
-
-    Without ``now``: the long form with ISO-8601 times and whole commands (JSON
-    ``next``, ``show``). With ``now``: the short form for a table, with ages
-    ('auto-check in 2m') and the command's name."""
-    import shlex
-
-    from .render import ago, iso
-
-    def at(t: str | None) -> str:
-        if now is None:
-            return f"at {iso(t)}"
-        rel = ago(t, now)
-        return rel if rel.startswith("in ") else "due"
-
-    short = now is not None
-    aid = shlex.quote(str(rec.action_id))
-    resolve = f"settled resolve {aid} {RESOLVE_FLAGS}"
-    if getattr(rec, "contradiction", None):
-        return "needs a person" if short else f"needs a person: contradicted ({resolve})"
-    if rec.status == "CONFIRMED":
-        return "settled"
-    if rec.status == "FAILED":
-        return "settled retry" if short else f"settled retry {aid}"
-    if rec.status == "PENDING":
-        return "confirm/dispatch" if short else "waiting for confirm/dispatch"
-    if rec.status == "IN_FLIGHT":
-        if short:
-            return f"dispatching (lease {at(rec.lease_expires_at)})"
-        return f"dispatch in progress (lease until {iso(rec.lease_expires_at)})"
-    if rec.requires_manual_verification:
-        if rec.status == "AWAITING_VERIFICATION" and rec.eligible_at:
-            if short:
-                return f"needs a person {at(rec.eligible_at)}".replace(" due", "")
-            return f"needs a person from {iso(rec.eligible_at)} ({resolve})"
-        return "needs a person" if short else f"needs a person: {resolve}"
-    if rec.next_check_at:
-        if rec.lease_owner:
-            return (
-                "being checked"
-                if short
-                else f"being checked (lease until {iso(rec.next_check_at)})"
-            )
-        return f"auto-check {at(rec.next_check_at)}"
-    if queryable(rec):  # its checks are over, but a query can still settle it
-        return "settled reconcile" if short else f"settled reconcile {aid}"
-    return "needs a person" if short else f"needs a person: {resolve}"
-
-
-def queryable(rec: Any) -> bool:
-    """Whether a query can observe the record's effect, by what it was recorded with
-    (records stored before declarations were: a reconcilable tier has a query)."""
-    declared = getattr(rec, "declared", None)
-    if getattr(rec, "requires_manual_verification", False):
-        return False
-    if declared is not None:
-        return bool(declared.queryable)
-    return str(rec.tier) == "reconcilable"
 
 
 class AfterSend(Exception):
@@ -227,7 +157,7 @@ def finish(report: Any, as_json: bool, render: Any) -> int:
         if rec is None:
             raise
         from ..dispatch import Outcome
-        from .render import term
+        from ..display import term
 
         gone = stdout_gone(exc)
         if as_json and not gone:
@@ -280,65 +210,13 @@ def stdout_gone(exc: BaseException) -> bool:
     return True
 
 
-SECRET_KEY = (
-    "password",
-    "passwd",
-    "secret",
-    "token",
-    "api_key",
-    "apikey",
-    "authorization",
-    "credential",
-    "private_key",
-    "cookie",
-)
-
-
-def redact_params(params: Any, secrets: list[str] | None = None) -> Any:
-    """Params for a human view: values under secret-looking keys, and any value of a
-    ``${VAR}`` the config references (in any spelling, as the providers' redactor
-    finds it), shown as ``***``."""
-    from ..providers._redact import Redactor
-
-    scrub = Redactor([s for s in (secrets or []) if len(s) >= 4])
-
-    def walk(v: Any, key: str = "") -> Any:
-        if key and any(k in key.lower().replace("-", "_") for k in SECRET_KEY):
-            return "***"
-        if isinstance(v, dict):
-            return {k: walk(x, str(k)) for k, x in v.items()}
-        if isinstance(v, list):
-            return [walk(x) for x in v]
-        if isinstance(v, str) and scrub:
-            return scrub(v)
-        return v
-
-    return walk(params)
-
-
 def config_secrets(cfg: Any = None) -> list[str]:
     """The values of the ``${VAR}``s the config (``cfg``, else the CLI's) refers to (to
     keep them out of human views); never loads a provider."""
-    import re
-
     try:
-        providers = (cfg if cfg is not None else STATE.config()).providers
+        return _config_secrets(cfg if cfg is not None else STATE.config())
     except Exception:
         return []
-    names: set[str] = set()
-
-    def walk(v: Any) -> None:
-        if isinstance(v, dict):
-            for x in v.values():
-                walk(x)
-        elif isinstance(v, list):
-            for x in v:
-                walk(x)
-        elif isinstance(v, str):
-            names.update(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", v))
-
-    walk(providers)
-    return [os.environ[n] for n in sorted(names) if os.environ.get(n)]
 
 
 def known_names(ledger: Any, *, operations: bool = False) -> tuple[set[str], set[tuple[str, str]]]:
@@ -365,8 +243,8 @@ def known_names(ledger: Any, *, operations: bool = False) -> tuple[set[str], set
 def check_filters(ledger: Any, provider: str | None, operation: str | None) -> None:
     """An unknown --provider or --operation is an error listing the real names (a
     typo must not look like an empty queue to a monitor)."""
+    from ..display import term
     from ..errors import InvalidInput
-    from .render import term
 
     if provider is None and operation is None:
         return

@@ -1,11 +1,10 @@
-"""settled daemon: reconcile continuously (see settled.daemon and docs/daemon.md)."""
+"""settled daemon: reconcile continuously (see settled.sweep and docs/daemon.md)."""
 
-from __future__ import annotations
-
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
+from . import options
 from .common import STATE
 
 MAX_INTERVAL = 86400.0  # s: a pass at least once a day; longer is a cron job's work
@@ -53,16 +52,12 @@ def register(app: typer.Typer) -> None:
         heartbeat: float = typer.Option(
             60.0, "--heartbeat", metavar="S", help="Seconds between heartbeat lines."
         ),
-        concurrency: int | None = typer.Option(
-            None,
-            "--concurrency",
-            metavar="N",
-            min=1,
-            max=100,
-            show_default=False,
-            help="Queries in flight at once (default [reconcile] concurrency, else each "
-            "provider's).",
-        ),
+        concurrency: Annotated[
+            int | None,
+            options.concurrency(
+                "Queries in flight at once (default [reconcile] concurrency, else each provider's)."
+            ),
+        ] = None,
     ) -> None:
         import signal
 
@@ -101,9 +96,11 @@ def _start(
 ) -> Any:
     """Everything the daemon needs before its first pass, each part checked now: any
     problem is exit 1 with one line, nothing started."""
-    from ..daemon import Sweeper
-    from ..daemon.notify import Notifier
+    from ..config import DEFAULT_OUTAGE_AFTER
     from ..errors import InvalidInput
+    from ..notify import Notifier
+    from ..outage import Outages
+    from ..sweep import Sweeper
 
     cfg = STATE.config()
     every = cfg.daemon_interval if interval is None else interval
@@ -116,7 +113,7 @@ def _start(
         raise InvalidInput(f"--heartbeat {heartbeat!r}: must be between 1 and {MAX_INTERVAL:g} s")
     address = None
     if metrics is not None:
-        from ..daemon.metrics import parse_address, require
+        from ..metrics import parse_address, require
 
         address = parse_address(metrics)
         require()
@@ -125,7 +122,7 @@ def _start(
     ledger = STATE.ledger()
     board, where = None, None
     if address is not None:
-        from ..daemon.metrics import Metrics
+        from ..metrics import Metrics
 
         board = Metrics(providers=cfg.providers)
         host, port = board.serve(*address)
@@ -140,6 +137,7 @@ def _start(
         metrics=board,
         metrics_address=where,
         notifier=Notifier(),
+        outages=Outages(cfg.outage_after, DEFAULT_OUTAGE_AFTER),
         probe=STATE.probe,
         concurrency=STATE.query_concurrency(concurrency),
     )

@@ -2,8 +2,6 @@
 
 The MCP SDK is an optional extra; it is imported only when the command runs."""
 
-from __future__ import annotations
-
 import os
 
 import typer
@@ -61,8 +59,8 @@ def register(app: typer.Typer) -> None:
             raise MissingExtra(
                 "settled mcp needs the MCP SDK: pip install 'settled[mcp]'"
             ) from None
-        from ..agents.core import Toolbox
         from ..agents.mcp_server import POOL, build_server, serve
+        from ..toolbox import Toolbox
 
         debug = bool(os.environ.get("SETTLED_DEBUG"))
         with Toolbox(

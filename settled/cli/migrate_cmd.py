@@ -1,72 +1,150 @@
-"""settled migrate-ledger FROM TO: copy a still ledger to another backend, verified,
-and mark FROM as moved (rule 17)."""
+"""settled migrate: bring the ledger's schema up to date, step by step, announced.
 
-from __future__ import annotations
+Nothing else migrates a ledger (rule 18): every other command refuses an older one with
+"run `settled migrate`", or, when it only reads, reads it as it is if it can."""
+
+import os
+from typing import Annotated, Any
 
 import typer
 
-from .common import console, emit_json
+from . import options
+from .common import STATE, console, emit_json
+
+MIGRATE_HELP = """Apply the schema steps this settled has and the ledger lacks.
+
+Lists each step (its name, and the schema version it takes the ledger from and to),
+then applies them in order, each in its own transaction, and says so as each one
+commits. A ledger that is up to date says so and exits 0; a missing one exits 1
+with its path. --dry-run only lists (nothing is changed, exit 0). --backup PATH
+first writes a consistent copy of a SQLite ledger to the new file PATH (VACUUM
+INTO; mode 0600) and says where; on PostgreSQL it is refused: back up with pg_dump.
+
+Stop the daemons, dispatchers and services of the older settled first. While any
+settled (of any version) wrote to the ledger in the last minute, or a dispatch lease
+is live, migrate refuses (exit 7) and names when and what: an older daemon left
+running does not stop on its own (an 0.1.0 one keeps writing, or keeps failing),
+so stop it and run migrate again; --force migrates anyway.
+
+\b
+Examples:
+  settled migrate --dry-run
+  settled migrate --backup settled-before-0.2.db
+  settled --db 'postgresql://db.internal/settled' migrate --json
+"""
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("migrate-ledger")
-    def migrate_ledger(
-        source: str = typer.Argument(
-            ..., metavar="FROM", help="The ledger to copy: a SQLite file or a postgresql:// URL."
+    @app.command("migrate", help=MIGRATE_HELP)
+    def migrate(
+        dry_run: Annotated[bool, options.dry_run("Only list the steps.")] = False,
+        backup: str | None = typer.Option(
+            None,
+            "--backup",
+            metavar="PATH",
+            help="First copy the SQLite ledger to this new file.",
+            show_default=False,
         ),
-        target: str = typer.Argument(
-            ..., metavar="TO", help="An empty ledger to copy it into (made when missing)."
+        force: bool = typer.Option(
+            False, "--force", help="Migrate even though the ledger was written just now."
         ),
-        wait_for_leases: bool = typer.Option(
-            False,
-            "--wait-for-leases",
-            help="Wait (at most 600 s) for live dispatch leases on FROM to end, then copy; "
-            "without it, live leases refuse the copy.",
-        ),
-        as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+        as_json: options.JsonReport = False,
     ) -> None:
-        """Copy every record, event and kept callback of FROM into the empty ledger TO,
-        and mark FROM as moved to TO.
-
-        SQLite to PostgreSQL (a team outgrowing one host), or back. FROM is held still
-        for the whole copy (writers wait); while a dispatch is in flight on FROM (a
-        live lease) the copy is refused (exit 7) unless --wait-for-leases. A damaged
-        row or an event without its record in FROM is refused by name, TO left empty
-        (exit 1). The copy lands in TO in one transaction, verified before its commit
-        by reading both ledgers' rows (counts and a SHA-256 per table). Then FROM is
-        marked as moved: every later write to it is refused, naming TO; reads still
-        work and say it moved.
-
-        \b
-        Examples:
-          settled migrate-ledger ~/.local/share/settled/settled.db postgresql:///settled
-          settled migrate-ledger postgresql:///settled ./back.db --json
-        """
+        from ..errors import InvalidInput
         from ..storage import Ledger
-        from ..storage.transfer import WAIT_FOR_LEASES, copy_ledger, refuse_moved
 
-        with Ledger.open(source, create=False, migrate=False) as src:
-            refuse_moved(src)  # before TO is made
-            with Ledger.open(target, migrate=False) as dst:
-                report = copy_ledger(
-                    src, dst, wait_for_leases=WAIT_FOR_LEASES if wait_for_leases else 0.0
+        location = STATE.ledger_location()
+        if backup is not None and not backup:
+            raise InvalidInput("--backup needs a file name")
+        with Ledger.open_for_migration(
+            location, busy_timeout=STATE.config().busy_timeout, postgres=STATE.postgres_settings()
+        ) as led:
+            pg = led.backend == "postgresql"
+            # --backup is refused before anything is listed or changed
+            if backup is not None and pg:
+                raise InvalidInput(
+                    f"--backup copies SQLite ledgers only; back up {led.location} with pg_dump "
+                    "(e.g. pg_dump --schema=NAME --format=custom) before `settled migrate`"
                 )
+            if backup is not None and os.path.lexists(backup):
+                raise InvalidInput(f"--backup {backup}: a file is already there; name a new file")
+            found, latest = led.schema_version(), led.latest_schema
+            steps = led.pending_steps()
+            report: dict[str, Any] = {
+                "ledger": led.location,
+                "backend": led.backend,
+                "from": found,
+                "to": latest,
+                "dry_run": dry_run,
+                "backup": None,
+                "steps": [
+                    {"step": name, "from": n - 1, "to": n, "applied": False} for n, name in steps
+                ],
+            }
+            con = None if as_json else console()
+
+            def say(text: str) -> None:
+                if con is not None:
+                    con.print(text, markup=False, highlight=False, soft_wrap=True)
+
+            if not steps:
+                say(f"ledger {led.location} is up to date (schema {found})")
+            else:
+                n = len(steps)
+                say(
+                    f"ledger {led.location}: schema {found}, this settled writes {latest}; "
+                    f"{n} step{'s' if n != 1 else ''} {'would apply' if dry_run else 'to apply'}:"
+                )
+                width = max(len(name) for _, name in steps)
+                for number, name in steps:
+                    say(f"  {name:<{width}}  schema {number - 1} → {number}")
+            if dry_run:
+                if backup is not None:
+                    say(f"would back up to {backup} first")
+                say("dry run: nothing was changed")
+            else:
+                if steps and not force:
+                    _refuse_while_written(led)
+                if backup is not None:
+                    led.backup(backup)
+                    report["backup"] = os.path.abspath(backup)
+                    say(f"backed up to {report['backup']} (schema {found})")
+                by_number = {s["to"]: s for s in report["steps"]}
+
+                def announce(number: int, name: str) -> None:
+                    if number in by_number:
+                        by_number[number]["applied"] = True
+                    say(f"applied {name}: schema {number - 1} → {number}")
+
+                if steps:
+                    led.migrate(announce)
+                    now = led.schema_version()
+                    report["to"] = now
+                    say(f"ledger {led.location} is at schema {now}")
         if as_json:
-            emit_json(report.to_json())
-            return
-        c = report.target_after
-        con = console()
-        con.print(
-            f"copied {c.records} records, {c.events} events and {c.callbacks} callbacks",
-            markup=False,
+            emit_json(report)
+
+
+QUIET = 60.0  # s without a write before a ledger counts as still enough to migrate
+
+
+def _refuse_while_written(led: Any) -> None:
+    """Refuse (exit 7) while a writer may still be running: a write in the last
+    ``QUIET`` seconds, or a live dispatch lease. Nothing is changed."""
+    from ..clock import from_text, to_text
+    from ..errors import Conflict
+
+    now = led.clock(anchor=False).now()
+    live, last = led.activity(to_text(now))
+    ago = (now - from_text(last)).total_seconds() if last is not None else None
+    if live or (ago is not None and ago < QUIET):
+        what = (
+            f"{live} live dispatch lease{'s' if live != 1 else ''}"
+            if live
+            else f"a write {max(ago or 0.0, 0.0):.0f} s ago ({last})"
         )
-        con.print(f"  from {report.source}", markup=False)
-        con.print(f"  to   {report.target}", markup=False)
-        con.print(f"  events sha256 {c.events_sha256}", markup=False)
-        con.print(f"  records sha256 {c.records_sha256}", markup=False)
-        con.print(f"  callbacks sha256 {c.callbacks_sha256}", markup=False)
-        err = console(stderr=True)
-        err.print(
-            "verified: both ledgers' rows read again, counts and checksums match", markup=False
+        raise Conflict(
+            f"ledger {led.location} has {what}: a daemon, dispatcher or service may still be "
+            "running; stop every one (of any version), then run `settled migrate` again "
+            "(--force migrates anyway); nothing was changed"
         )
-        err.print(f"{report.source} is marked as moved to {report.moved_to}", markup=False)

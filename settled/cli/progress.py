@@ -14,7 +14,7 @@ class Progress:
     without tearing the bar (the bar is lifted while the line is written)."""
 
     def __init__(self, label: str, total: int | None, *, enabled: bool = True) -> None:
-        self.out = console()
+        self._out: Any = None  # stdout's console, made by the first line (rich loads then)
         self._bar: Any = None
         self._task: Any = None
         if enabled and is_tty(sys.stderr):
@@ -51,6 +51,12 @@ class Progress:
     def advance(self, n: int = 1) -> None:
         if self._bar is not None:
             self._bar.advance(self._task, n)
+
+    @property
+    def out(self) -> Any:
+        if self._out is None:
+            self._out = console()
+        return self._out
 
     def line(self, renderable: Any) -> None:
         if self._shared:  # one terminal for both streams: lift the bar, print, put it back

@@ -1,17 +1,16 @@
 """settled providers: what each configured operation declares."""
 
-from __future__ import annotations
-
 import sys
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
+from . import options
 from .common import STATE, emit_json
 from .render import Col, console, is_tty, listing, text
 from .typerapp import App
 
-PROVIDERS_HELP = """List each provider/operation: tier, window, attempts, timeout, key dedupe, verifier.
+PROVIDERS_HELP = """List each provider/operation: tier, window, attempts, timeout, dedupe, action key, verifier.
 
 A table on a terminal, tab-separated lines on a pipe, an array with --json.
 
@@ -19,6 +18,7 @@ A table on a terminal, tab-separated lines on a pipe, an array with --json.
 Examples:
   settled providers
   settled --config /etc/settled/settled.toml providers --json | jq '.[].tier'
+  settled providers check
   settled providers audit
 """
 
@@ -37,8 +37,16 @@ PROVIDER_COLS = [
     Col("attempts", lambda r: str(r["attempts"]), give_way=2, right=True),
     Col("timeout", lambda r: f"{r['timeout']:g}s", give_way=1, right=True),
     Col("dedupe", lambda r: "yes" if r["dedupes_keys"] else "no", give_way=3),
+    Col("action key", lambda r: str(r.get("action_key") or "-"), give_way=5),
     Col("verified by", lambda r: str(r["verifies"]) or "-", flex=True, min_width=12),
 ]
+# What proves what (rules 19 and 20): a line each under the table, and columns of their
+# own at the end of a tab-separated row.
+PROOF = (
+    ("proves_effect", "effect"),
+    ("proves_absence", "absence"),
+    ("proves_neither", "neither"),
+)
 
 
 def rows() -> list[dict[str, object]]:
@@ -54,7 +62,7 @@ def rows() -> list[dict[str, object]]:
 @providers_app.callback()
 def providers(
     ctx: typer.Context,
-    as_json: bool = typer.Option(False, "--json", help="Rows as a JSON array."),
+    as_json: Annotated[bool, options.json_output("Rows as a JSON array.")] = False,
 ) -> None:
     """List configured providers and their operations' declarations."""
     if ctx.invoked_subcommand is not None:
@@ -71,8 +79,73 @@ def providers(
             )
         )
         raise typer.Exit(0)
-    listing(PROVIDER_COLS, data, "table" if is_tty() else "tsv", title="providers")
+    if not is_tty():
+        cols = [*PROVIDER_COLS, *(Col(key, _text_of(key)) for key, _ in PROOF)]
+        listing(cols, data, "tsv", title="providers")
+        raise typer.Exit(0)
+    listing(PROVIDER_COLS, data, "table", title="providers")
+    con = console()
+    for row in data:
+        con.print()
+        con.print(text((f"{row['provider']}/{row['operation']}", "bold")))
+        for key, label in PROOF:
+            con.print(text(f"  {label}: ", str(row.get(key) or "-")))
     raise typer.Exit(0)
+
+
+def _text_of(key: str) -> Any:
+    return lambda r: str(r.get(key) or "-")
+
+
+@providers_app.command("check")
+def check_cmd(
+    as_json: Annotated[
+        bool,
+        options.json_output(
+            "The result as one JSON object: {ok, providers, operations, problems}."
+        ),
+    ] = False,
+) -> None:
+    """Check the whole configuration as every command's config load does, and name
+    every problem, one line each on stderr (exit 1), not only the first; exit 0 when
+    there is none. Builds every provider; sends nothing and opens no ledger.
+
+    \b
+    Examples:
+      settled providers check
+      settled --config /etc/settled/settled.toml providers check --json | jq .problems
+    """
+    from ..errors import ConfigError
+
+    problems: list[str] = []
+    names: list[str] = []
+    operations = 0
+    try:
+        reg = STATE.registry()
+    except ConfigError as exc:
+        problems = exc.problems
+    else:
+        problems = reg.problems()
+        names = reg.names()
+        for name in names:
+            try:
+                operations += len(reg.provider(name).operations())
+            except ConfigError:
+                continue
+    code = 1 if problems else 0
+    if as_json:
+        emit_json(
+            {"ok": not problems, "providers": names, "operations": operations, "problems": problems}
+        )
+    from ..display import one_line, term
+
+    for problem in problems:
+        sys.stderr.write(f"settled: error: {term(one_line(problem), limit=2000)}\n")
+    if not problems and not as_json:
+        console().print(
+            text(f"ok: {len(names)} provider(s), {operations} operation(s), no problem found")
+        )
+    raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:
@@ -81,7 +154,7 @@ def register(app: typer.Typer) -> None:
 
 @providers_app.command("audit")
 def audit_cmd(
-    as_json: bool = typer.Option(False, "--json", help="The audit as one JSON object."),
+    as_json: Annotated[bool, options.json_output("The audit as one JSON object.")] = False,
 ) -> None:
     """Which operations would lie, and which declared windows the ledger contradicts.
 
@@ -146,6 +219,11 @@ def render_audit(report: object) -> None:
         for a in op.answers:
             if a.answer != "yes":
                 con.print(text(f"  {a.question} {a.answer}: ", a.why))
+        if op.spec is not None:
+            for key, label in PROOF:
+                shown = op.spec.to_json().get(key)
+                if shown:
+                    con.print(text(f"  {label}: ", str(shown)))
         rate = f"{f.unresolved_rate:.0%}" if f.unresolved_rate is not None else "-"
         con.print(
             text(
@@ -172,7 +250,9 @@ def render_audit(report: object) -> None:
             con.print(text("  → ", s))
     for provider, kept in report.callbacks.items():
         con.print()
-        weak = " (token scheme: weaker, signs nothing)" if kept["weaker"] else ""
+        weak = (
+            f" ({kept['scheme']} scheme: weaker, the body is not signed)" if kept["weaker"] else ""
+        )
         con.print(
             text(
                 (f"callbacks of {provider}", "bold"),
@@ -198,9 +278,7 @@ def render_cmd(
         ..., metavar="PROVIDER", help="The provider, as named in settled.toml."
     ),
     operation: str = typer.Argument(..., metavar="OPERATION", help="The operation."),
-    params: str | None = typer.Option(
-        None, "--params", metavar="JSON|@FILE|-", help="JSON object, @FILE, or - for stdin."
-    ),
+    params: options.Params = None,
     action_id: str | None = typer.Option(
         None, "--action-id", metavar="ID", help="The action id to show (default ACTION-ID)."
     ),
@@ -210,7 +288,9 @@ def render_cmd(
     object_id: str | None = typer.Option(
         None, "--object-id", metavar="ID", help="The provider object id a query by id would use."
     ),
-    as_json: bool = typer.Option(False, "--json", help="The request and query as one JSON object."),
+    as_json: Annotated[
+        bool, options.json_output("The request and query as one JSON object.")
+    ] = False,
 ) -> None:
     """Print the exact request an operation would send for these params (method, URL,
     headers with secrets as ***, body) and the query that would verify it. Sends
@@ -222,7 +302,7 @@ def render_cmd(
       settled providers render stripe refund --params @refund.json --json
     """
     from ..errors import InvalidInput
-    from .actions import parse_params
+    from .inputs import parse_params
 
     values = parse_params(params)
     prov = STATE.registry().provider(provider)

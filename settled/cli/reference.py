@@ -31,7 +31,7 @@ def commands() -> list[str]:
     """Every command and subcommand, in the order `settled --help` lists them."""
     import typer
 
-    from .app import app
+    from .commands import app
 
     found: list[str] = []
 

@@ -17,53 +17,11 @@ from __future__ import annotations
 
 import os
 import sys
-import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-MAX_SHOWN = 2000  # characters of one value a human view shows; --json has it all
-
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def term(value: object, limit: int | None = MAX_SHOWN) -> str:
-    """``value`` as safe terminal text: every non-printable character escaped, then
-    cut at ``limit`` characters with a note saying how much was left out."""
-    s = "" if value is None else str(value)
-    if not s.isprintable():
-        s = "".join(ch if ch.isprintable() or _is_space(ch) else _escape(ch) for ch in s)
-    if limit is not None and len(s) > limit:
-        cut = s.rfind(" ", 0, limit)
-        cut = cut if cut > limit // 2 else limit
-        s = f"{s[:cut]}… ({len(s) - cut} more characters; see --json)"
-    return s
-
-
-def hidden(value: object) -> bool:
-    """Whether ``term`` would write out any character of ``value`` (a control, bidi or
-    other invisible format character): what a person is shown then needs saying."""
-    s = "" if value is None else str(value)
-    return not s.isprintable() and any(not (ch.isprintable() or _is_space(ch)) for ch in s)
-
-
-HIDDEN_NOTE = "(contains hidden control characters, shown escaped)"
-
-
-def _is_space(ch: str) -> bool:
-    return unicodedata.category(ch) == "Zs"
-
-
-def _escape(ch: str) -> str:
-    if ch in _NAMED:
-        return _NAMED[ch]
-    code = ord(ch)
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    if code < 0x10000:
-        return f"\\u{code:04x}"
-    return f"\\U{code:08x}"
+from ..display import ago, hidden, iso, span, term
 
 
 def tsv_cell(value: object) -> str:
@@ -109,6 +67,11 @@ def console(stderr: bool = False, *, width: int | None = None) -> Any:
         soft_wrap=not tty,
         no_color=bool(os.environ.get("NO_COLOR")) or None,
     )
+
+
+def say(line: str) -> None:
+    """One line for a person on stderr (what a command did or left alone)."""
+    console(stderr=True).print(text(line))
 
 
 PIPE_WIDTH = 100_000  # off a terminal nothing is folded: one logical line is one line
@@ -157,36 +120,6 @@ def status_text(status: object) -> Any:
 
 
 # ------------------------------------------------------------------ times
-
-
-def iso(stored: str | None, *, never: str = "-") -> str:
-    """A stored time for people: ISO-8601 to the second, with its zone (UTC, 'Z')."""
-    if not stored:
-        return never
-    if len(stored) >= 19 and stored[10] == "T":
-        return stored[:19] + "Z"
-    return stored
-
-
-def ago(stored: str | None, now: datetime) -> str:
-    """A stored time as an age from ``now``: '42s', '3m', '5h', '2d'; 'in 3m' ahead."""
-    from ..clock import from_text
-
-    if not stored:
-        return "-"
-    secs = int((now - from_text(stored)).total_seconds())  # type: ignore[operator]
-    return span(secs) if secs >= 0 else f"in {span(-secs)}"
-
-
-def span(secs: float) -> str:
-    s = int(secs)
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m"
-    if s < 172800:
-        return f"{s // 3600}h"
-    return f"{s // 86400}d"
 
 
 # ------------------------------------------------------------------ listings

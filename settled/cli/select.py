@@ -17,8 +17,13 @@ The rules, the same for ``resolve`` and ``reconcile`` (and any command that adop
   them only narrow them (a named record they do not select is skipped, and says so).
   Ids read from an empty stdin select nothing, never "everything".
 - Without ids, the selectors select: ``--status`` (default: the command's; a comma
-  list, or ``all``), ``--provider``, ``--operation``, ``--older-than`` (creation time).
-  An unknown provider or operation name is an error listing the real ones.
+  list, or ``all``), ``--provider``, ``--operation``, ``--older-than`` and ``--since``
+  (creation time), ``--match``, ``--search``, ``--cause`` and ``--delivery``: the
+  selectors of ``settled queue``, each parsed by ``settled.selection`` into the same
+  ``Selection`` fields. A selector only narrows: ``--search`` keeps the command's
+  default statuses (``queue`` widens to all for it; a command that changes state does
+  not). An unknown provider or operation name is an error listing the real ones; any
+  other bad value is one line, exit 1, before anything is done.
 - A command that changes state by selectors, or by ids from stdin, asks on a
   terminal; without one it refuses unless ``--yes`` (nobody would be asked).
 """
@@ -30,6 +35,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from ..selection import Target
 
 STDIN = "-"
 ID_HEAD = "action"  # the id column's name in `settled queue -o tsv`
@@ -50,26 +57,52 @@ class Ids:
 
 @dataclass(frozen=True)
 class Selectors:
+    """The selectors as given (text, None when absent); ``check`` parses them."""
+
     provider: str | None = None
     operation: str | None = None
     status: str | None = None
     older_than: str | None = None
+    since: str | None = None
+    match: str | None = None
+    search: str | None = None
+    cause: str | None = None
+    delivery: str | None = None
 
     @property
     def given(self) -> bool:
-        return any(
-            v is not None for v in (self.provider, self.operation, self.status, self.older_than)
+        return any(v is not None for v in vars(self).values())
+
+    def check(self) -> Selectors:
+        """These selectors, once each value parses (``InvalidInput``, one line naming
+        the option, before the ledger is opened); the names of providers and
+        operations are checked against the ledger by ``selection``."""
+        self.parsed()
+        return self
+
+    def parsed(self) -> dict[str, Any]:
+        """Each given value as ``settled.selection`` parses it for ``queue``."""
+        from ..selection import (
+            parse_causes,
+            parse_deliveries,
+            parse_duration,
+            parse_match,
+            parse_search,
+            parse_statuses,
         )
 
+        def opt(value: str | None, parse: Callable[[str], Any]) -> Any:
+            return None if value is None else parse(value)
 
-@dataclass(frozen=True)
-class Target:
-    """One named or selected action: its record (None when not found) and why the
-    command leaves it alone ("" when it acts on it)."""
-
-    action_id: str
-    record: Any
-    skip: str = ""
+        return {
+            "statuses": opt(self.status, parse_statuses),
+            "older_than": opt(self.older_than, parse_duration),
+            "since": opt(self.since, parse_duration),
+            "match": opt(self.match, parse_match),
+            "search": opt(self.search, parse_search),
+            "causes": opt(self.cause, parse_causes),
+            "delivery": opt(self.delivery, parse_deliveries),
+        }
 
 
 def ids_from_lines(lines: Sequence[str]) -> list[str]:
@@ -93,7 +126,7 @@ def ids_from_lines(lines: Sequence[str]) -> list[str]:
 def read_ids(args: Sequence[str] | None, stdin: Any = None) -> Ids:
     """The ids given, with ``-`` replaced by the ids on stdin; each checked as an
     action id (one bad line is an error, exit 1, before anything is done)."""
-    from .actions import check_id
+    from .inputs import check_id
 
     out: list[str] = []
     from_stdin = False
@@ -113,20 +146,25 @@ def selection(ledger: Any, selectors: Selectors, now: datetime, default: Sequenc
     """The ``Selection`` the selectors make (``default`` statuses without --status),
     after checking the names they use."""
     from ..clock import plus, to_text
-    from ..storage.base import Selection
-    from .common import check_filters, parse_duration
-    from .listing import parse_statuses
+    from ..storage.ledger import Selection
+    from .common import check_filters
 
+    v = selectors.parsed()
     check_filters(ledger, selectors.provider, selectors.operation)
-    statuses = parse_statuses(selectors.status) if selectors.status else list(default)
-    before = None
-    if selectors.older_than is not None:
-        before = to_text(plus(now, -parse_duration(selectors.older_than)))
+
+    def ago(seconds: float | None) -> str | None:
+        return None if seconds is None else to_text(plus(now, -seconds))
+
     return Selection(
-        statuses=statuses,
+        statuses=v["statuses"] or list(default),
         provider=selectors.provider,
         operation=selectors.operation,
-        created_before=before,
+        created_before=ago(v["older_than"]),
+        created_after=ago(v["since"]),
+        delivery=v["delivery"],
+        match=v["match"],
+        search=v["search"],
+        causes=v["causes"],
     )
 
 
@@ -178,8 +216,8 @@ def preview(
     (on stderr with ``err``, when stdout carries JSON). True when a value it shows
     holds a character it writes out escaped (rule 13): the title says so, and so must
     the question that follows (``confirm(note=...)``)."""
-    from .common import one_line
-    from .render import HIDDEN_NOTE, Col, ago, console, hidden, is_tty, listing, text
+    from ..display import HIDDEN_NOTE, ago, hidden, one_line
+    from .render import Col, console, is_tty, listing, text
 
     stream = sys.stderr if err else sys.stdout
 
@@ -210,8 +248,9 @@ def confirm(n: int, *, question: str, doing: str, asked: bool, note: bool = Fals
     ``note``: the preview wrote out hidden characters, and the question says so."""
     import click
 
+    from ..display import HIDDEN_NOTE
     from ..errors import InvalidInput
-    from .render import HIDDEN_NOTE, is_tty
+    from .render import is_tty
 
     if not asked or not is_tty(sys.stdin):
         raise InvalidInput(
@@ -236,3 +275,21 @@ __all__ = [
     "read_ids",
     "selection",
 ]
+
+
+NOT_FOUND = "not found"
+
+
+def skipped_code(why: str) -> int:
+    """The exit code of a target skipped before anything was done: 6 not found, else 7."""
+    from .common import EXIT_CONFLICT, EXIT_NOT_FOUND
+
+    return EXIT_NOT_FOUND if why == NOT_FOUND else EXIT_CONFLICT
+
+
+def report_skipped(done: list[Target]) -> None:
+    from .render import say
+
+    for t in done:
+        if t.skip:
+            say(f"  {t.action_id}: {t.skip}")

@@ -4,8 +4,6 @@
 uvicorn, Starlette and the MCP SDK are an optional extra (``settled[serve]``), imported
 only when the command runs."""
 
-from __future__ import annotations
-
 import os
 
 import typer
@@ -63,8 +61,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         import signal
 
-        from ..daemon.notify import Notifier
         from ..errors import ConfigError, InvalidInput
+        from ..notify import Notifier
         from . import signals
 
         # A stop may come at any moment of the start-up (the imports and the ledger take
@@ -78,7 +76,7 @@ def register(app: typer.Typer) -> None:
         if signals.take(on_signal):
             early.append(signal.SIGTERM)
         signal.signal(signal.SIGINT, on_signal)
-        from ..serve.address import DEFAULT_LISTEN, is_loopback, is_wildcard, parse_listen
+        from ..address import DEFAULT_LISTEN, is_loopback, is_wildcard, parse_listen
         from ..serve.run import bind, require
 
         require()
@@ -105,7 +103,8 @@ def register(app: typer.Typer) -> None:
                     f"{cfg.where('serve.hosts')}: required when listening on every interface "
                     f'({host}): the host names clients use, e.g. hosts = ["settled.example.com"]'
                 )
-        from ..serve.app import build
+        from ..agents.mcp_server import SettledMCP
+        from ..serve.asgi import build
         from ..serve.run import open_service
         from ..serve.run import serve as run
 
@@ -124,7 +123,8 @@ def register(app: typer.Typer) -> None:
             sock.close()
             raise
         try:
-            code = run(build(service), service, sock, Notifier(), early=early)
+            mcp = SettledMCP(service.toolbox, debug=service.debug).server()
+            code = run(build(service, mcp=mcp), service, sock, Notifier(), early=early)
         finally:
             service.close()
         raise typer.Exit(code)

@@ -3,16 +3,17 @@ operation, the reasons records are held for (grouped: numbers, ids and times wri
 placeholders), how long open records have waited, and the checks failing now; every
 figure aggregated by the ledger's SQL in one snapshot (``Ledger.stats``). Read-only."""
 
-from __future__ import annotations
-
 from collections.abc import Iterable
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
-from . import complete
-from .common import STATE, STATUSES, emit_json, parse_duration
-from .render import Col, console, span, text
+from ..display import span
+from ..selection import STATUSES, parse_duration
+from ..summary import OPEN, failing_by_provider, summarise
+from . import options
+from .common import STATE, emit_json
+from .render import Col, console, text
 
 STATS_HELP = """Count what the ledger holds: the first screen of an incident.
 
@@ -21,7 +22,10 @@ Counts by status for each operation (or --by provider, status or reason), the ag
 DENIED_UNRESOLVED), the reasons the open records are held for, grouped (a time
 becomes a placeholder and every word with a digit in it becomes #, so "budget spent
 after 3 check(s)" and "after 5 check(s)" are one group; an HTTP status stays), and
-the checks failing now.
+the checks failing now, by provider: an open record whose last check could not be
+made (the provider could not be reached or built, or it asked for a pause, 429/503:
+an outage, which spends no verification budget and so keeps records out of the
+queue; `settled queue --include-paused` lists them).
 
 Select with --provider, --operation, --status (default: all), --older-than and
 --since (creation time). Every figure is counted by the ledger in one snapshot; it
@@ -35,7 +39,6 @@ Examples:
   settled stats --json | jq '.reasons[:3]'
 """
 
-OPEN = ("PENDING", "IN_FLIGHT", "AWAITING_VERIFICATION", "DENIED_UNRESOLVED")
 SHORT = {
     "PENDING": "pending",
     "IN_FLIGHT": "in_flight",
@@ -45,64 +48,6 @@ SHORT = {
     "DENIED_UNRESOLVED": "unresolved",
 }
 REASONS_SHOWN = 10  # reason groups on the first screen; --json has them all
-
-
-def key_of(cell: Any, by: str) -> str:
-    if by == "operation":
-        return f"{cell.provider}/{cell.operation}"
-    if by == "reason":
-        return cell.reason_group or ""
-    return str(getattr(cell, by))
-
-
-def summarise(stats: Any, by: str) -> dict[str, Any]:
-    """``Stats`` folded for people and scripts: totals, per group of ``by``, reasons."""
-    by_status = dict.fromkeys(STATUSES, 0)
-    counts: dict[tuple[str, str, str], int] = {}
-    groups: dict[str, dict[str, Any]] = {}
-    reasons: dict[str, dict[str, Any]] = {}
-    for c in stats.cells:
-        by_status[c.status] += c.count
-        counts[(c.status, c.provider, c.operation)] = (
-            counts.get((c.status, c.provider, c.operation), 0) + c.count
-        )
-        g = groups.setdefault(
-            key_of(c, by),
-            {"key": key_of(c, by), "total": 0, "open": 0, "by_status": dict.fromkeys(STATUSES, 0)},
-        )
-        g["total"] += c.count
-        g["open"] += c.count if c.status in OPEN else 0
-        g["by_status"][c.status] += c.count
-        if c.status in OPEN and c.reason_group is not None:
-            r = reasons.setdefault(
-                c.reason_group,
-                {
-                    "reason": c.reason_group,
-                    "count": 0,
-                    "by_status": {},
-                    "example": c.example_reason,
-                    "oldest_created_at": c.oldest_created_at,
-                },
-            )
-            r["count"] += c.count
-            r["by_status"][c.status] = r["by_status"].get(c.status, 0) + c.count
-            r["oldest_created_at"] = min(r["oldest_created_at"], c.oldest_created_at)
-    for key, g in groups.items():
-        g["age_seconds"] = stats.ages_by[key].to_json() if key in stats.ages_by else None
-    return {
-        "total": stats.total,
-        "open": sum(by_status[s] for s in OPEN),
-        "by_status": by_status,
-        "checks_failing_now": stats.checks_failing_now,
-        "age_seconds": stats.ages.to_json(),
-        "by": by,
-        "groups": sorted(groups.values(), key=lambda g: (-g["open"], -g["total"], g["key"])),
-        "reasons": sorted(reasons.values(), key=lambda r: (-r["count"], r["reason"])),
-        "counts": [
-            {"status": s, "provider": p, "operation": o, "count": n}
-            for (s, p, o), n in sorted(counts.items())
-        ],
-    }
 
 
 def _age(seconds: float | None) -> str:
@@ -123,7 +68,21 @@ def render(data: dict[str, Any], where: str, what: str) -> None:
             f"oldest {_age(age['oldest'])}"
         )
     )
-    con.print(text(f"checks failing now: {data['checks_failing_now']}"))
+    failing = "; ".join(
+        f"{f['provider']}: {f['failing']}"
+        + (
+            f" ({'all' if f['paused'] == f['failing'] else f['paused']} paused: it answers 429/503)"
+            if f["paused"]
+            else ""
+        )
+        for f in data.get("checks_failing_by_provider", ())
+    )
+    con.print(
+        text(
+            f"checks failing now: {data['checks_failing_now']}"
+            + (f" ({failing})" if failing else "")
+        )
+    )
     con.print()
     cols = [
         Col(f"by {data['by']}", lambda g: g["key"] or "(no reason)", flex=data["by"] == "reason")
@@ -160,31 +119,30 @@ def _count(status: str) -> Any:
 def register(app: typer.Typer) -> None:
     @app.command(help=STATS_HELP)
     def stats(
-        provider: str = complete.provider_option("Only this provider."),
-        operation: str = complete.operation_option("Only this operation."),
-        status: str = complete.status_option(
-            "Only these statuses (default: all).", "STATUS[,STATUS…]|all"
-        ),
-        older_than: str = complete.older_than_option(
-            "Only actions created longer ago than e.g. 10m."
-        ),
-        since: str | None = typer.Option(
-            None, "--since", metavar="DURATION", help="Only actions created within e.g. 1h."
-        ),
+        provider: options.OnlyProvider = None,
+        operation: options.OnlyOperation = None,
+        status: Annotated[
+            str | None,
+            options.status("Only these statuses (default: all).", "STATUS[,STATUS…]|all"),
+        ] = None,
+        older_than: Annotated[
+            str | None, options.older_than("Only actions created longer ago than e.g. 10m.")
+        ] = None,
+        since: options.Since = None,
         by: str = typer.Option(
             "operation",
             "--by",
             metavar="provider|operation|status|reason",
             help="What the table's rows are.",
         ),
-        as_json: bool = typer.Option(False, "--json", help="Every figure as one JSON object."),
+        as_json: Annotated[bool, options.json_output("Every figure as one JSON object.")] = False,
     ) -> None:
         from ..clock import plus, to_text
         from ..errors import InvalidInput
-        from ..storage.base import Selection
+        from ..selection import parse_statuses
+        from ..storage.ledger import Selection
         from ..storage.query import GROUPS
         from .common import check_filters
-        from .listing import parse_statuses
 
         group = by.strip().lower()
         if group not in GROUPS:
@@ -207,6 +165,9 @@ def register(app: typer.Typer) -> None:
             created_after=ago(within),
         )
         data = summarise(ledger.stats(sel, now=to_text(now), by=group), group)
+        data["checks_failing_by_provider"] = failing_by_provider(
+            ledger.check_failures(), ledger.paused_checks(), provider or None
+        )
         if as_json:
             emit_json({"ledger": ledger.location, "at": to_text(now), **data})
             raise typer.Exit(0)

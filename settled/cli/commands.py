@@ -1,11 +1,35 @@
 """The Typer app: global options, ``--version``, ``-h``, shell completion, and the
-commands (each group registers itself from its own module)."""
+commands: ``COMMANDS``, one module per verb, each adding its command itself."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import typer
 
-from . import common
+from . import (
+    common,
+    confirm_cmd,
+    daemon_cmd,
+    demo_cmd,
+    dispatch_cmd,
+    log_cmd,
+    mcp_cmd,
+    migrate_cmd,
+    migrate_ledger_cmd,
+    providers_cmd,
+    prune_cmd,
+    queue_cmd,
+    reconcile_cmd,
+    redact_cmd,
+    resolve_cmd,
+    retry_cmd,
+    serve_cmd,
+    show_cmd,
+    stats_cmd,
+    unlock_cmd,
+    verify_cmd,
+)
 from .typerapp import App
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -82,32 +106,36 @@ def _globals(
         signals.default()
 
 
-from . import (  # noqa: E402  (commands register on `app`)
-    actions,
+class Verb(Protocol):
+    """A command's module (``<verb>_cmd.py``): it adds its command to the app."""
+
+    def register(self, app: typer.Typer) -> None: ...
+
+
+# Every command, in the order `settled --help` lists them (tests/integration/test_cli_verbs.py): a
+# new verb is its own `<verb>_cmd.py`, whose `register(app)` adds it, and one entry here.
+COMMANDS: tuple[Verb, ...] = (
+    dispatch_cmd,
+    confirm_cmd,
+    show_cmd,
+    queue_cmd,
+    reconcile_cmd,
+    resolve_cmd,
+    retry_cmd,
+    stats_cmd,
     daemon_cmd,
-    demo,
-    listing,
+    demo_cmd,
     mcp_cmd,
     migrate_cmd,
-    providers_cmd,
-    queue_cmd,
-    schema_cmd,
-    serve_cmd,
-    settle,
-    stats_cmd,
+    migrate_ledger_cmd,
     verify_cmd,
+    prune_cmd,
+    redact_cmd,
+    log_cmd,
+    unlock_cmd,
+    serve_cmd,
+    providers_cmd,  # a group: Typer lists groups after the commands
 )
 
-actions.register(app)
-listing.register(app)
-queue_cmd.register(app)
-settle.register(app)
-stats_cmd.register(app)
-daemon_cmd.register(app)
-providers_cmd.register(app)
-demo.register(app)
-mcp_cmd.register(app)
-schema_cmd.register(app)
-migrate_cmd.register(app)
-verify_cmd.register(app)
-serve_cmd.register(app)
+for _command in COMMANDS:
+    _command.register(app)

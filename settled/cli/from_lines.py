@@ -4,23 +4,33 @@ Machine output (``--json``) is one JSON line per action on stdout as each settle
 then one summary line; people get the problems on stderr, a progress bar there when
 it is a terminal, and the summary by status on stdout. The exit code is 0 when every
 line did what was asked, else the highest code among the lines (the exit codes in the README).
+
+Ctrl-C or SIGTERM stops the run in order, wherever it lands (``_stop_on_signal``): no
+line is read and no request starts after it; the requests already out are waited for
+(each within its request budget) and their outcomes written; what was claimed but
+never sent is released (FAILED, "never sent": ``settled retry`` may send it); then the
+summary, and "interrupted" (130) or "terminated (SIGTERM)" (143). A second signal
+stops the wait: the actions still in flight stay IN_FLIGHT until their lease lapses
+and reconciliation settles them.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any
 
+from ..display import one_line
+from . import signals
 from .common import (
     EXIT_BY_STATUS,
     EXIT_CONFLICT,
     EXIT_ERROR,
     STATE,
     exit_for,
-    one_line,
     report_exit,
     stdout_gone,
 )
@@ -83,9 +93,9 @@ def dispatch_from(
     provider: str, operation: str, path: str, concurrency: int | None, as_json: bool
 ) -> int:
     from ..bulk import read_lines
+    from ..display import term
     from ..errors import SettledError
     from ..throttle import Gate
-    from .render import term
 
     threads = STATE.send_concurrency(provider, concurrency)
     d = STATE.dispatcher(actor="dispatch")
@@ -95,14 +105,14 @@ def dispatch_from(
     written = 0  # JSON lines that reached stdout
     gone = False  # stdout's reader went away: read no more lines, report the rest
     err = sys.stderr
-    with _source(path) as fh, _progress() as tick:
+    with _source(path) as fh, _progress() as tick, _stop_on_signal() as stopped:
         results = d.submit_many(
             provider,
             operation,
             read_lines(fh),
             concurrency=threads,
             gate=Gate(threads),
-            stop_requested=lambda: gone,
+            stop_requested=lambda: gone or stopped() is not None,
         )
         try:
             for r in results:
@@ -141,7 +151,37 @@ def dispatch_from(
             gone = True
     if gone:
         err.write(f"settled: {_closed(counts, lines, written, code)}\n")
+    came = stopped()
+    if came is not None:  # after the summary: main says "interrupted" and exits 130 (143)
+        raise signals.Terminated if came == signal.SIGTERM else KeyboardInterrupt
     return code
+
+
+@contextmanager
+def _stop_on_signal() -> Iterator[Callable[[], int | None]]:
+    """While a bulk run runs, SIGINT and SIGTERM ask it to stop (the module says how)
+    instead of raising wherever they land, which could leave a group claimed but never
+    handed to the pool, or outcomes received but never written. Yields what says which
+    signal came (None: none yet); a second one raises at once."""
+    came: list[int] = []
+
+    def handler(signum: int, _frame: Any) -> None:
+        if came:  # the second: stop waiting
+            raise signals.Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+        came.append(signum)
+
+    try:
+        previous = signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread (settled embedded in another program)
+        yield lambda: None
+        return
+    if signals.take(handler):  # a SIGTERM came during start-up
+        came.append(signal.SIGTERM)
+    try:
+        yield lambda: came[0] if came else None
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signals.hold()  # SIGTERM is noted again, as main left it
 
 
 def _closed(counts: dict[str, int], lines: int, written: int, code: int) -> str:

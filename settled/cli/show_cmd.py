@@ -1,26 +1,18 @@
 """show and queue: the commands that only read. They never create a ledger: a
 missing one is exit 1 with its path."""
 
-from __future__ import annotations
-
 import json
 import sys
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
-from . import complete
-from .common import EXIT_BY_STATUS, STATE, STATUSES, emit_json, next_step, one_line
-from .render import (
-    Col,
-    ago,
-    console,
-    iso,
-    print_trimmed,
-    status_text,
-    term,
-    text,
-)
+from .. import cause
+from ..advice import next_step
+from ..display import ago, event_detail, iso, term
+from . import completion, options
+from .common import EXIT_BY_STATUS, STATE, emit_json
+from .render import console, print_trimmed, status_text, text
 
 SHOW_HELP = """Show actions: what each was (params, times), where it stands, and every event.
 
@@ -69,7 +61,8 @@ def render_show(
     from rich.padding import Padding
     from rich.table import Table
 
-    from .common import config_secrets, redact_params
+    from ..display import redact_params
+    from .common import config_secrets
 
     con = console()
     con.print(
@@ -121,6 +114,9 @@ def render_show(
                 f"({getattr(rec, 'counted_checks', 0)} made)",
             )
         )
+    said = cause.sentence(rec)
+    if said and not getattr(rec, "contradiction", None):
+        fields.insert(0, ("cause", f"{said} ({cause.shown(rec)})"))
     if getattr(rec, "check_error", None) and not rec.terminal:
         fields.append(("last check failed", rec.check_error))
     if getattr(rec, "lands_by", None) and not rec.terminal:
@@ -169,111 +165,8 @@ def render_show(
         con.print(Padding(text(event_detail(e)), (0, 0, 0, 7), expand=False))
 
 
-def event_detail(e: Any) -> str:
-    """One event's evidence in words: the reason, then what backs it."""
-    d = e.detail
-    parts = [str(d["reason"])] if d.get("reason") else []
-    for key, label in (
-        ("evidence", "evidence"),
-        ("object_id", "object"),
-        ("seen", "seen"),
-        ("check", "check"),
-        ("recheck", "checked first"),
-        ("recheck_for", "checked for"),
-        ("lease_expires_at", "lease"),
-        ("event_id", "event"),
-        ("body_sha256", "body sha256"),
-    ):
-        if d.get(key) not in (None, "") and (key != "lease_expires_at" or e.kind != "claimed"):
-            value = iso(d[key]) if key == "lease_expires_at" else d[key]
-            parts.append(f"{label}: {value}")
-    if e.kind == "claimed":
-        parts.append(
-            f"key {d.get('idempotency_key')}, lease until {iso(d.get('lease_expires_at'))}"
-        )
-    if e.kind == "retry":
-        parts.append(
-            f"attempt {d.get('attempt')}; previous key {d.get('previous_idempotency_key')}"
-        )
-    if e.kind == "recorded":
-        parts.append(
-            f"tier {d.get('tier')}, eligible at {iso(d.get('eligible_at'), never='never')}"
-        )
-    if e.kind == "resolved" and d.get("by"):
-        parts.append(f"by {d['by']}")
-    if not parts:
-        parts.append(json.dumps(d, ensure_ascii=False, default=str)[:300])
-    return one_line("; ".join(str(p) for p in parts))
-
-
-def queue_columns(now: Any, statuses: list[str]) -> list[Col]:
-    cols = [Col("action", lambda r: r.action_id)]
-    if len(statuses) > 1:
-        cols.append(Col("status", lambda r: str(r.status), style=lambda r: status_style(r.status)))
-    cols += [
-        Col(
-            "age",
-            lambda r: ago(r.created_at, now),
-            lambda r: iso(r.created_at),
-            give_way=4,
-            right=True,
-        ),
-        Col("operation", lambda r: f"{r.provider}/{r.operation}", give_way=3),
-        Col("tier", lambda r: str(r.tier), give_way=2),
-        Col("att", lambda r: str(r.attempt), give_way=1, right=True),
-        Col("next", lambda r: next_step(r, now), next_step, give_way=5),
-        Col("created", lambda r: iso(r.created_at), wide=True),
-        Col("next check", lambda r: iso(r.next_check_at), wide=True),
-        Col("why", why, flex=True),
-    ]
-    return cols
-
-
-def tsv_columns() -> list[Col]:
-    return [
-        Col("action", lambda r: r.action_id),
-        Col("status", lambda r: str(r.status)),
-        Col("created", lambda r: iso(r.created_at)),
-        Col("provider", lambda r: r.provider),
-        Col("operation", lambda r: r.operation),
-        Col("tier", lambda r: str(r.tier)),
-        Col("attempt", lambda r: str(r.attempt)),
-        Col("next_check", lambda r: iso(r.next_check_at)),
-        Col("next", next_step),
-        Col("why", why),
-    ]
-
-
-def why(rec: Any) -> str:
-    """The why cell: a contradiction of a terminal status first (rule 9), then the reason."""
-    reason = one_line(rec.reason or "")
-    if getattr(rec, "contradiction", None):
-        return f"CONTRADICTED: {one_line(rec.contradiction)}" + (f"; {reason}" if reason else "")
-    return reason
-
-
-def status_style(status: object) -> str:
-    from .render import STATUS_STYLE
-
-    return STATUS_STYLE.get(str(status), "")
-
-
-def parse_statuses(status: str) -> list[str]:
-    from ..errors import InvalidInput
-
-    if status.strip().lower() == "all":
-        return list(STATUSES)
-    statuses = [s.strip().upper() for s in status.split(",") if s.strip()]
-    bad = [s for s in statuses if s not in STATUSES]
-    if bad or not statuses:
-        raise InvalidInput(
-            f"--status {term(status, 100)}: unknown status; use one of {', '.join(STATUSES)} or all"
-        )
-    return list(dict.fromkeys(statuses))
-
-
 def _show_json(ledger: Any, rec: Any) -> dict[str, Any]:
-    data: dict[str, Any] = rec.to_json()
+    data: dict[str, Any] = {**rec.to_json(), **cause.to_json(rec)}
     data["config_changes"] = config_changes(rec)
     data["pending_callbacks"] = ledger.pending_callbacks(rec)
     data["events"] = [e.to_json() for e in ledger.events(rec.action_id)]
@@ -319,13 +212,13 @@ def register(app: typer.Typer) -> None:
         action_ids: list[str] = typer.Argument(
             ...,
             metavar="ACTION_ID...|-",
-            autocompletion=complete.action_ids,
+            autocompletion=completion.action_ids,
             help="The actions to show; - reads ids from stdin.",
         ),
         exit_status: bool = typer.Option(
             False, "--exit-status", help="Exit with the status code (0, 3, 4, 5) instead of 0."
         ),
-        as_json: bool = typer.Option(False, "--json", help="The record(s) and events as JSON."),
+        as_json: Annotated[bool, options.json_output("The record(s) and events as JSON.")] = False,
     ) -> None:
         from .select import read_ids
 

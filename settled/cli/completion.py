@@ -1,7 +1,11 @@
-"""Shell completion that never lets data become code.
+"""Shell completion: the values completed, and how each shell is handed them, so that
+no value can become code.
 
-Completed values come from the ledger and the config: action ids an agent chose,
-provider and operation names. A value such as ``ord-1$(touch MARK)`` must reach
+Values come from the ledger and the config: action ids an agent chose, provider and
+operation names, statuses, causes, formats. Completion never creates a ledger and never
+prints an error: anything that fails completes nothing.
+
+A value such as ``ord-1$(touch MARK)`` must reach
 settled as that id, and never run ``touch MARK`` in the operator's shell. Each shell
 inserts completions its own way, so each gets its own treatment:
 
@@ -37,6 +41,8 @@ from typing import Any
 # into Typer (a Typer without the script table keeps its own scripts: ``install``).
 from typer._click.shell_completion import CompletionItem, add_completion_class, split_arg_string
 from typer._completion_classes import BashComplete, FishComplete, ZshComplete
+
+from .common import STATE
 
 BASH = r"""
 {complete_func}() {
@@ -368,3 +374,88 @@ __all__ = [
     "split_line",
     "zsh_single_quoted",
 ]
+
+
+# -- the values completed ------------------------------------------------------------
+
+
+LIMIT = 200
+
+
+def _session(ctx: Any) -> Any:
+    """The session as the command line being completed would open it: Click does
+    not run the global options' callback while completing."""
+    root = ctx.find_root() if ctx is not None else None
+    params = root.params if root is not None else {}
+    if params.get("db"):
+        STATE.db = params["db"]
+    if params.get("config"):
+        STATE.config_path = params["config"]
+    STATE.extra["completing"] = True  # completion prints nothing but values
+    return STATE
+
+
+def action_ids(ctx: Any, incomplete: str) -> list[str]:
+    try:
+        return _session(ctx).ledger(read_only=True).ids(incomplete, limit=LIMIT)  # type: ignore[no-any-return]
+    except Exception:
+        return []
+
+
+def providers(ctx: Any, incomplete: str) -> list[str]:
+    from .common import known_names
+
+    try:
+        s = _session(ctx)
+        try:
+            ledger = s.ledger(read_only=True)
+        except Exception:
+            ledger = None
+        names, _ = known_names(ledger)
+        return sorted(n for n in names if n.startswith(incomplete))
+    except Exception:
+        return []
+
+
+def operations(ctx: Any, incomplete: str) -> list[str]:
+    from .common import known_names
+
+    try:
+        s = _session(ctx)
+        try:
+            ledger = s.ledger(read_only=True)
+        except Exception:
+            ledger = None
+        provider = ctx.params.get("provider") if ctx is not None else None
+        _, pairs = known_names(ledger, operations=True)
+        return sorted({o for p, o in pairs if (provider in (None, p)) and o.startswith(incomplete)})
+    except Exception:
+        return []
+
+
+def statuses(incomplete: str) -> list[str]:
+    from ..selection import STATUSES
+
+    return [s for s in (*STATUSES, "all") if s.lower().startswith(incomplete.lower())]
+
+
+def causes(incomplete: str) -> list[str]:
+    """The cause codes (``http_NNN`` as its commonest, ``http_503``), the last item of
+    a comma list completed."""
+    from ..cause import FIXED
+
+    head, _, last = incomplete.rpartition(",")
+    done = f"{head}," if head else ""
+    return [done + c for c in ("http_503", *FIXED) if c.startswith(last.lower())]
+
+
+def deliveries(incomplete: str) -> list[str]:
+    from ..selection import DELIVERIES
+
+    return [d for d in DELIVERIES if d.lower().startswith(incomplete.lower())]
+
+
+def formats(incomplete: str) -> list[str]:
+    from .render import FORMATS
+
+    return [f for f in FORMATS if f.startswith(incomplete)]

@@ -1,21 +1,20 @@
-"""reconcile: settling what dispatch left open, by evidence (resolve and retry: verdicts.py)."""
+"""reconcile: settling what dispatch left open, by evidence (a person's verdict: resolve_cmd.py)."""
 
-from __future__ import annotations
-
-from typing import Any
+import sys
+from typing import Annotated, Any
 
 import typer
 
-from . import complete
+from ..display import one_line, term
+from . import options
 from .common import (
     EXIT_BY_STATUS,
     EXIT_NOT_FOUND,
     STATE,
     emit_json,
-    next_step,
-    one_line,
+    operator,
 )
-from .render import console, status_text, term, text
+from .render import STATUS_STYLE, console, is_tty, text
 
 RECONCILE_HELP = """Settle records by querying the provider for the real effect.
 
@@ -38,9 +37,10 @@ exit code is that record's status afterwards (0 CONFIRMED, 3 pending, 4 unresolv
 is checked. Results are printed as they come; on a terminal a progress bar runs on
 stderr.
 
-With - (ids on stdin, one a line; the header of `queue -o tsv` is skipped) or
-selectors (--provider, --operation, --status, default DENIED_UNRESOLVED, and
---older-than): first shows what it would check and asks on a terminal; --yes skips
+With - (ids on stdin, one a line; the header of `queue -o tsv` is skipped) or the
+selectors of `settled queue` (--provider, --operation, --status, default
+DENIED_UNRESOLVED, --older-than, --since, --match, --search, --cause and --delivery;
+each only narrows): first shows what it would check and asks on a terminal; --yes skips
 the question, --dry-run only shows. Exit 0 when the checks ran (6 when a named id was
 not found; the others are checked). --concurrency runs the checks from N threads, as
 a pass does.
@@ -52,42 +52,51 @@ Examples:
   settled reconcile order-42-mail
   settled reconcile --provider mail --older-than 10m --dry-run
   settled reconcile --provider mail --status all --concurrency 16 --yes
+  settled reconcile --cause http_503 --provider mail --yes
   settled queue --match "HTTP 503" -o name | settled reconcile - --yes
   settled reconcile --due --limit 500 --json | jq .counts
 """
 
 
-def change_line(ch: Any) -> Any:
-    """One status move (or a check that moved nothing) as it is printed."""
-    head = text((ch.action_id, "bold"), f"  {ch.from_status} → ") + status_text(ch.to_status)
-    head.append(term(f"  ({ch.kind})"))
-    return head
+def change_line(ch: Any, make: Any = text) -> Any:
+    """One status move (or a check that moved nothing) as it is printed; ``make`` is
+    ``render.text`` (a rich Text) or ``plain`` (the same characters as a string)."""
+    to = str(ch.to_status)
+    return make(
+        (ch.action_id, "bold"),
+        f"  {ch.from_status} → ",
+        (to, STATUS_STYLE.get(to, "")),
+        f"  ({ch.kind})",
+    )
+
+
+def plain(*parts: object, style: str | None = None) -> str:
+    """What ``render.text(*parts)`` holds, as a string: the characters a pipe gets,
+    without building a rich Text (or importing rich) for them."""
+    return "".join(term(p[0] if isinstance(p, tuple) else p) for p in parts)
 
 
 def render_summary(report: Any) -> None:
     for ch in report.skipped:
         if ch.kind != "waiting":
-            console().print(text(f"{ch.action_id}  {ch.from_status}  ({ch.kind})"))
-            console().print(text("  why:  ", one_line(ch.reason)))
+            _say(f"{ch.action_id}  {ch.from_status}  ({ch.kind})")
+            _say("  why:  ", one_line(ch.reason))
     counts = ", ".join(f"{n} {s}" for s, n in sorted(report.counts().items())) or "no status change"
     waiting = len(report.waiting)
     tail = f"; {waiting} still waiting" if waiting else ""
     stopped = " (stopped early; the rest was handed back)" if report.stopped else ""
-    console(stderr=True).print(text(f"examined {report.examined}: {counts}{tail}{stopped}"))
+    _say(f"examined {report.examined}: {counts}{tail}{stopped}", stderr=True)
 
 
-def render_record(rec: Any, headline: str) -> None:
-    con = console()
-    con.print(
-        text((rec.action_id, "bold"), f"  {rec.provider}.{rec.operation} ({rec.tier})  ")
-        + status_text(rec.status)
-        + text(f"  {headline}")
-    )
-    if rec.reason:
-        con.print(text("  why:  ", one_line(rec.reason)))
-    if rec.confirmed_by:
-        con.print(text("  confirmed by: ", rec.confirmed_by))
-    con.print(text("  next: ", next_step(rec)))
+def _say(*parts: object, stderr: bool = False) -> None:
+    """One line through rich on a terminal; off one, its characters as they are (a
+    cron run or a pipe does not load rich for the pass's last line)."""
+    stream = sys.stderr if stderr else sys.stdout
+    if is_tty(stream):
+        console(stderr=stderr).print(text(*parts))
+    else:
+        stream.write(plain(*parts) + "\n")
+        stream.flush()
 
 
 def _reconcile(
@@ -97,10 +106,11 @@ def _reconcile(
     as_json: bool,
     log: str,
     concurrency: int | None = None,
+    actor: str = "reconciler",
 ) -> Any:
     """Run the pass; stream what it does (human lines on stdout, or JSON log lines on
     stderr) as each result commits."""
-    from ..daemon.log import check_failed, failed, json_lines, transition
+    from ..log import check_failed, failed, json_lines, transition
 
     jlog = json_lines() if log == "json" else None
     human = not as_json and jlog is None
@@ -108,6 +118,10 @@ def _reconcile(
         total = None if limit is None else limit
     else:
         total = len(ids)
+    # Off a terminal a result is a plain line, written by a thread of its own: the
+    # pass's thread (which leases, decides and commits) neither renders it with rich
+    # nor waits for the pipe (≈ 0.3 ms a row on its thread, docs/performance.md).
+    lines = PlainLines() if human and not is_tty(sys.stdout) else None
     with _progress(total, enabled=not as_json) as bar:
 
         def on_change(ch: Any) -> None:
@@ -116,36 +130,91 @@ def _reconcile(
                 if failed(ch):  # the attempt that gave it up could not check either
                     jlog(check_failed(ch, "reconcile"))
                 jlog(transition(ch, "reconcile"))
-            if human:
-                bar.line(change_line(ch))
-                if failed(ch):
-                    bar.line(_check_failed_line(ch))
-                bar.line(text("  why:  ", one_line(ch.reason)))
+            if lines is not None:
+                lines.put((True, ch))
+            elif human:
+                for line in _lines((True, ch)):
+                    bar.line(line)
 
         def on_check(ch: Any) -> None:
             bar.advance()
             if jlog is not None and failed(ch):
                 jlog(check_failed(ch, "reconcile"))
-            if human:
-                if failed(ch):
-                    bar.line(_check_failed_line(ch))
-                else:
-                    bar.line(text((ch.action_id, "bold"), f"  {ch.from_status}  (still waiting)"))
-                bar.line(text("  why:  ", one_line(ch.reason)))
+            if lines is not None:
+                lines.put((False, ch))
+            elif human:
+                for line in _lines((False, ch)):
+                    bar.line(line)
 
-        r = STATE.reconciler(concurrency, on_change=on_change, on_check=on_check)
-        report = r.run_due(limit) if due else r.run_ids(ids)
+        r = STATE.reconciler(concurrency, on_change=on_change, on_check=on_check, actor=actor)
+        try:
+            report = r.run_due(limit) if due else r.run_ids(ids)
+        finally:
+            if lines is not None:
+                lines.close()
     if jlog is not None:
-        from ..daemon.log import pass_line
+        from ..log import pass_line
 
         jlog(pass_line(report, "reconcile"))
     return report
 
 
-def _check_failed_line(ch: Any) -> Any:
-    from ..daemon.log import error_class
+def _lines(item: tuple[bool, Any], make: Any = text) -> list[Any]:
+    """What one result prints: a status move (``True``) or a check that moved nothing;
+    rich Texts, or strings with ``make=plain``."""
+    from ..log import failed
 
-    return text((ch.action_id, "bold"), f"  {ch.from_status}  (check_failed: {error_class(ch)})")
+    moved, ch = item
+    out = [change_line(ch, make)] if moved else []
+    if failed(ch):
+        out.append(_check_failed_line(ch, make))
+    elif not moved:
+        out.append(make((ch.action_id, "bold"), f"  {ch.from_status}  (still waiting)"))
+    out.append(make("  why:  ", one_line(ch.reason)))
+    return out
+
+
+class PlainLines:
+    """Lines of results written to stdout as plain text by a thread of their own, in
+    order. ``close`` writes what is left and waits; a stream that failed (a reader that
+    went away) is raised there, once the pass has run, and nothing more is written."""
+
+    def __init__(self) -> None:
+        import queue
+        import threading
+
+        self._queue: Any = queue.SimpleQueue()
+        self._error: OSError | None = None
+        self._thread = threading.Thread(target=self._write, name="settled-lines", daemon=True)
+        self._thread.start()
+
+    def put(self, item: Any) -> None:
+        self._queue.put(item)
+
+    def _write(self) -> None:
+        out = sys.stdout
+        while (item := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    out.write("".join(f"{line}\n" for line in _lines(item, plain)))
+                except OSError as exc:
+                    self._error = exc
+        try:
+            out.flush()
+        except OSError as exc:
+            self._error = self._error or exc
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None and sys.exc_info()[1] is None:
+            raise self._error
+
+
+def _check_failed_line(ch: Any, make: Any = text) -> Any:
+    from ..log import error_class
+
+    return make((ch.action_id, "bold"), f"  {ch.from_status}  (check_failed: {error_class(ch)})")
 
 
 def _unusable(report: Any, log: str) -> bool:
@@ -154,7 +223,7 @@ def _unusable(report: Any, log: str) -> bool:
     if not report.unusable:
         return False
     if log == "json":
-        from ..daemon.log import json_lines, unusable
+        from ..log import json_lines, unusable
 
         json_lines()(unusable(report.unusable, "reconcile"))
     else:
@@ -175,18 +244,23 @@ def _progress(total: int | None, *, enabled: bool) -> Any:
 
 
 def reconcile(
-    action_ids: list[str] | None = typer.Argument(
-        None,
-        metavar="[ACTION_ID|-]...",
-        autocompletion=complete.action_ids,
-        help="Records to check now; - reads ids from stdin.",
-        show_default=False,
-    ),
+    action_ids: Annotated[
+        list[str] | None, options.action_ids("Records to check now; - reads ids from stdin.")
+    ] = None,
     due: bool = typer.Option(False, "--due", help="One pass over everything due (cron)."),
-    provider: str = complete.provider_option("Select by provider."),
-    operation: str = complete.operation_option("Select by operation."),
-    status: str = complete.status_option("Select by status (default DENIED_UNRESOLVED)."),
-    older_than: str = complete.older_than_option("Select actions created longer ago than e.g. 1d."),
+    provider: options.SelectProvider = None,
+    operation: options.SelectOperation = None,
+    status: Annotated[
+        str | None, options.status("Select by status (default DENIED_UNRESOLVED).")
+    ] = None,
+    older_than: Annotated[
+        str | None, options.older_than("Select actions created longer ago than e.g. 1d.")
+    ] = None,
+    since: options.Since = None,
+    match: options.Match = None,
+    search: options.Search = None,
+    cause: options.Cause = None,
+    delivery: options.Delivery = None,
     limit: int | None = typer.Option(
         None,
         "--limit",
@@ -201,44 +275,39 @@ def reconcile(
         metavar="text|json",
         help="text: lines for people; json: the daemon's JSON lines on stderr.",
     ),
-    concurrency: int | None = typer.Option(
-        None,
-        "--concurrency",
-        metavar="N",
-        min=1,
-        max=100,
-        show_default=False,
-        help="Queries in flight at once (default [reconcile] concurrency, else each provider's).",
-    ),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Only show what would be checked."),
-    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before checking a selection."),
-    as_json: bool = typer.Option(False, "--json", help="Print the pass report as JSON."),
+    concurrency: Annotated[
+        int | None,
+        options.concurrency(
+            "Queries in flight at once (default [reconcile] concurrency, else each provider's)."
+        ),
+    ] = None,
+    dry_run: Annotated[bool, options.dry_run("Only show what would be checked.")] = False,
+    yes: Annotated[bool, options.yes("Do not ask before checking a selection.")] = False,
+    by: Annotated[str | None, options.by("asks for the checks")] = None,
+    as_json: Annotated[bool, options.json_output("Print the pass report as JSON.")] = False,
 ) -> None:
-    import click
-
     from .select import Selectors, read_ids
 
     if log not in ("text", "json"):
-        raise click.UsageError(f"--log {log!r}: use text or json")
+        raise _usage(f"--log {log!r}: use text or json")
+    actor = operator(by)
     chosen = read_ids(action_ids)
-    sel = Selectors(provider, operation, status, older_than)
+    sel = Selectors(
+        provider, operation, status, older_than, since, match, search, cause, delivery
+    ).check()
     if due and (chosen.given or sel.given):
-        raise click.UsageError(
-            "--due is a pass over everything due: give no ACTION_IDs or selectors with it"
-        )
+        raise _usage("--due is a pass over everything due: give no ACTION_IDs or selectors with it")
     if due and (dry_run or yes):
-        raise click.UsageError(
-            "--dry-run and --yes apply to ACTION_IDs, - and selectors, not --due"
-        )
+        raise _usage("--dry-run and --yes apply to ACTION_IDs, - and selectors, not --due")
     if not due and not chosen.given and not sel.given:
-        raise click.UsageError(
+        raise _usage(
             "give ACTION_IDs to check, - (ids on stdin), selectors such as --provider, "
             "or --due for a pass over what is due"
         )
     if limit is not None and not (due or sel.given):
-        raise click.UsageError("--limit applies to --due and to selectors")
+        raise _usage("--limit applies to --due and to selectors")
     if due or (chosen.ids and not chosen.from_stdin and not sel.given and not dry_run):
-        report = _reconcile(chosen.ids, due, limit, as_json, log, concurrency)  # as it always was
+        report = _reconcile(chosen.ids, due, limit, as_json, log, concurrency, actor)
         if as_json:
             emit_json(report.to_json())
         elif log == "text":
@@ -257,8 +326,16 @@ def reconcile(
             dry_run=dry_run,
             yes=yes,
             as_json=as_json,
+            actor=actor,
         )
     )
+
+
+def _usage(message: str) -> Exception:
+    """Click's usage error (exit 2), Click loaded only to say it."""
+    import click
+
+    return click.UsageError(message)
 
 
 def _reconcile_chosen(chosen: Any, sel: Any, **opt: Any) -> int:
@@ -303,7 +380,9 @@ def _reconcile_chosen(chosen: Any, sel: Any, **opt: Any) -> int:
     ):
         console(stderr=True).print(text("nothing checked"))
         return code
-    report = _reconcile(todo, False, None, opt["as_json"], opt["log"], opt["concurrency"])
+    report = _reconcile(
+        todo, False, None, opt["as_json"], opt["log"], opt["concurrency"], opt["actor"]
+    )
     if opt["as_json"]:
         emit_json(
             {
@@ -338,7 +417,4 @@ def _target_json(t: Any, *, checked: bool) -> dict[str, Any]:
 
 
 def register(app: typer.Typer) -> None:
-    from . import verdicts
-
     app.command(help=RECONCILE_HELP)(reconcile)
-    verdicts.register(app)

@@ -2,8 +2,6 @@
 --keep DIR), and a handful of actions across all four tiers, some with faults. It
 shows how each ends and why, and what the provider really received."""
 
-from __future__ import annotations
-
 import os
 import shlex
 import time
@@ -11,8 +9,8 @@ from typing import Any
 
 import typer
 
+from ..advice import next_step
 from ..clock import nap
-from .common import next_step
 from .render import Col, console, is_tty, listing, status_text, text
 
 # (action id, operation, fault, what it shows)
@@ -130,6 +128,7 @@ def _confirm_race(d: Any, server: Any, con: Any) -> None:
 
 def _settle(ledger: Any, registry: Any, con: Any) -> None:
     """Reconcile until nothing is due, as the daemon would (bounded at 8 s)."""
+    from ..model import Status
     from ..reconcile import Reconciler
 
     con.print()
@@ -138,7 +137,7 @@ def _settle(ledger: Any, registry: Any, con: Any) -> None:
     deadline = time.monotonic() + 8
     while time.monotonic() < deadline:
         reconciler.run_due()
-        pending = ledger.query(statuses=["AWAITING_VERIFICATION", "IN_FLIGHT"])
+        pending = ledger.query(statuses=[Status.AWAITING_VERIFICATION, Status.IN_FLIGHT])
         due = [r for r in ledger.query(statuses=["DENIED_UNRESOLVED"]) if r.next_check_at]
         if not pending and not due:
             break
@@ -147,7 +146,7 @@ def _settle(ledger: Any, registry: Any, con: Any) -> None:
 
 def _queue_and_next_step(ledger: Any, db: str, kept: bool, con: Any) -> None:
     """What is left for a person, and the command that settles it."""
-    from .listing import queue_columns, tsv_columns
+    from .table_columns import queue_columns, tsv_columns
 
     rows = ledger.query(statuses=["DENIED_UNRESOLVED"])
     tty = is_tty()
@@ -198,7 +197,7 @@ def _final_table(ledger: Any, server: Any) -> None:
                 "why": why,
             }
         )
-    from .listing import status_style
+    from .table_columns import status_style
 
     cols = [
         Col("action", lambda r: r["id"]),
