@@ -25,9 +25,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from .. import checks
+from ..address import is_loopback, is_wildcard
 from ..config import ROLES, Config
 from ..errors import ConfigError
-from .address import is_loopback, is_wildcard
+from ..model import MAX_NAME, VIA, name_problem
 
 MIN_SECRET = 16  # characters: `openssl rand -hex 32` gives 64
 INCLUDES = {"read": {"read"}, "dispatch": {"read", "dispatch"}, "operate": {"read", "operate"}}
@@ -226,4 +227,16 @@ def _norm(parsed: tuple[str, int | None], scheme: str) -> tuple[str, int]:
     return name.rstrip("."), port if port is not None else DEFAULT_PORTS[scheme]
 
 
-__all__ = ["INCLUDES", "MIN_SECRET", "REALM", "Caller", "Guard", "Tokens", "bearer", "split_host"]
+__all__ = [
+    "INCLUDES",
+    "MAX_NAME",
+    "MIN_SECRET",
+    "REALM",
+    "VIA",
+    "Caller",
+    "Guard",
+    "Tokens",
+    "bearer",
+    "name_problem",
+    "split_host",
+]

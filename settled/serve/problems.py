@@ -47,11 +47,13 @@ TITLES = {
     403: ("forbidden", "Forbidden"),
     404: ("not-found", "Not found"),
     405: ("method-not-allowed", "Method not allowed"),
+    408: ("request-timeout", "Request timeout"),
     409: ("conflict", "Conflict"),
     413: ("too-large", "Request body too large"),
     415: ("unsupported-media-type", "Unsupported media type"),
     421: ("misdirected", "Misdirected request"),
     422: ("invalid-input", "Invalid input"),
+    429: ("too-many-requests", "Too many requests"),
     500: ("internal", "Internal error"),
     503: ("unavailable", "Service unavailable"),
 }

@@ -10,27 +10,33 @@ port fails at start) until SIGTERM or SIGINT:
   hand finish (within ``GRACE`` seconds), the reconciliation pass in hand finishes;
 - ``stopped``, and exit 0.
 
+Connections are bounded (``settled.serve.connections``): uvicorn runs its h11 protocol
+with a limit on every wait, and at most ``max_connections`` at once, kept
+``RESERVED_FDS`` below the descriptor limit, whose soft value is raised to the hard one
+at start.
+
 uvicorn's own logging is turned into the same JSON lines (warnings and errors only);
 its access log is off: the service writes its own line per request, without the path.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
 import socket
 from typing import TYPE_CHECKING, Any
 
-from ..daemon.log import Log, json_lines
-from .address import is_loopback, shown
+from ..address import is_loopback, shown
+from ..log import Log, json_lines
 from .auth import Guard, Tokens
 from .problems import one_line
 from .service import POOL, Service
 from .sessions import Sessions
 
 if TYPE_CHECKING:
-    from ..daemon.notify import Notifier
+    from ..notify import Notifier
 
 GRACE = 60.0  # s the requests in hand may take to finish after SIGTERM
 # s an idle keep-alive connection stays open: longer than a reverse proxy's (nginx's
@@ -38,6 +44,11 @@ GRACE = 60.0  # s the requests in hand may take to finish after SIGTERM
 # just as the proxy (or a client) sends a request on it
 KEEP_ALIVE = 75
 TRUSTED_PROXIES = ["127.0.0.1", "::1"]  # X-Forwarded-Proto/For honoured from here only
+# descriptors kept for the service's own use below its limit, whatever the clients do:
+# the ledger (a pooled SQLite session holds 3 with WAL), provider connections, the
+# event loop, threads' clients, the log; about 60 at the default pool, with a margin
+RESERVED_FDS = 256
+MAX_NOFILE = 1 << 20  # what the soft limit is raised to when the hard one is unlimited
 INSTALL = "pip install 'settled[serve]'"
 
 
@@ -50,6 +61,28 @@ def require() -> None:
             __import__(module)
         except ImportError:
             raise MissingExtra(f"settled serve needs {module}: {INSTALL}") from None
+
+
+def raise_nofile() -> tuple[int, int]:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (systemd's ``LimitNOFILE``
+    sets both; a shell's soft default is 1,024): ``(soft before, soft now)``."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = MAX_NOFILE if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (ValueError, OSError):  # a kernel cap below the hard limit: keep the soft one
+            return soft, soft
+        return soft, wanted
+    return soft, soft
+
+
+def max_connections(configured: int, nofile: int) -> int:
+    """The connections served at once: ``[serve] max_connections``, kept
+    ``RESERVED_FDS`` below the descriptor limit (and at least 16)."""
+    return max(16, min(configured, nofile - RESERVED_FDS))
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -87,9 +120,9 @@ def open_service(  # noqa: PLR0913  (keyword-only: the parts a service is built 
     """The service for this config and ledger, its pool open (the ledger is created when
     missing, as ``settled dispatch`` would). ``port`` is the bound one (the Host check
     names it). With ``reconcile``, a sweeper with a session of its own."""
-    from ..agents.core import Toolbox
-    from ..daemon.metrics import Metrics
+    from ..metrics import Metrics
     from ..session import Session
+    from ..toolbox import Toolbox
 
     # Migrations are explicit (``settled migrate``): an older ledger stops the start.
     main = Session(db=db, config_path=config_path, migrate=False)
@@ -101,6 +134,9 @@ def open_service(  # noqa: PLR0913  (keyword-only: the parts a service is built 
         registry = main.registry()
         registry.load_all()  # every provider built now: a config mistake stops us at start
         box.prepare()
+        shared = box.shared_ledger()
+        if shared is not None:  # PostgreSQL: one ledger's connections for the whole service
+            main.share(shared)
         with box.session() as s:
             location = s.ledger().location
             s.hooks()  # every callback secret read now: a missing one stops us at start
@@ -121,8 +157,10 @@ def open_service(  # noqa: PLR0913  (keyword-only: the parts a service is built 
     )
     service.closing.append(main.close)
     if reconcile:
-        from ..daemon import Sweeper
-        from ..daemon.notify import Notifier
+        from ..config import DEFAULT_OUTAGE_AFTER
+        from ..notify import Notifier
+        from ..outage import Outages
+        from ..sweep import Sweeper
 
         service.sweeper = Sweeper(
             main.ledger(),
@@ -136,6 +174,7 @@ def open_service(  # noqa: PLR0913  (keyword-only: the parts a service is built 
             name=service.name,
             probe=main.probe,
             concurrency=main.query_concurrency(),
+            outages=Outages(cfg.outage_after, DEFAULT_OUTAGE_AFTER),
         )
     return service
 
@@ -185,6 +224,8 @@ def serve(
 
     import uvicorn
 
+    from .connections import Limits, bounded
+
     host, port = sock.getsockname()[:2]
     url = f"http://{shown(host, port)}"
     from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
@@ -194,8 +235,16 @@ def serve(
     # a proxy's user header only from those addresses, never from what a header says.
     trusted = list(dict.fromkeys([*TRUSTED_PROXIES, *service.config.serve.ui.trusted_proxies]))
     app = Peer(ProxyHeadersMiddleware(app, trusted_hosts=trusted))
+    nofile_was, nofile = raise_nofile()
+    conf = service.config.serve
+    limits = Limits(
+        head_timeout=conf.head_timeout,
+        body_timeout=conf.body_timeout,
+        max_connections=max_connections(conf.max_connections, nofile),
+    )
     config = uvicorn.Config(
         app,
+        http=bounded(limits),  # uvicorn's h11 protocol, with a limit on every wait
         log_config=None,
         access_log=False,
         log_level="warning",
@@ -229,6 +278,13 @@ def serve(
                 self.loop.call_soon_threadsafe(stopping, signal.Signals(sig).name)
 
     def listening() -> None:
+        # What start-up built (uvicorn, Starlette, the app and its templates, the
+        # providers and their HTTP clients, the ledger's pool) lives as long as the
+        # service: the cyclic collector is told never to walk it again, so a request's
+        # collections look only at what requests made (on callbacks the collector was
+        # 17 % of the profile; docs/performance.md). The CLI froze its own start-up.
+        gc.collect()
+        gc.freeze()
         service.emit(
             "listening",
             url=url,
@@ -241,6 +297,12 @@ def serve(
             reconcile=service.sweeper is not None,
             hosts=service.guard.allowed_hosts(),
             max_body=service.max_body,
+            head_timeout=limits.head_timeout,
+            body_timeout=limits.body_timeout,
+            max_connections=limits.max_connections,
+            bodies_per_client=conf.bodies_per_client,
+            nofile=nofile,
+            **({"nofile_was": nofile_was} if nofile_was != nofile else {}),
             pid=os.getpid(),
         )
         if not len(service.tokens):
@@ -289,10 +351,13 @@ def serve(
 __all__ = [
     "GRACE",
     "INSTALL",
+    "RESERVED_FDS",
     "TRUSTED_PROXIES",
     "Peer",
     "bind",
+    "max_connections",
     "open_service",
+    "raise_nofile",
     "require",
     "serve",
 ]

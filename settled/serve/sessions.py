@@ -41,10 +41,9 @@ from typing import Any
 from .. import checks
 from ..config import Config
 from ..errors import ConfigError
-from .auth import INCLUDES, MIN_SECRET, Tokens
+from .auth import INCLUDES, MAX_NAME, MIN_SECRET, VIA, Tokens, name_problem
 
 COOKIE = "settled_session"
-MAX_NAME = 100  # characters of a person's name, typed or from the proxy's header
 
 
 @dataclass(frozen=True)
@@ -65,27 +64,15 @@ class Person:
         return f"ui:{self.how}:{self.sid}"
 
     @property
-    def by(self) -> str:
-        """The verdict's ``by``: its event's actor is ``operator:`` and this."""
-        return f"{self.name} via {self.session}"
-
-    @property
     def actor(self) -> str:
-        return f"operator:{self.by}"
+        """Who this person is in the ledger's events: ``operator:NAME via ui:HOW:SID``
+        (a verdict passes ``name`` and ``session`` apart: ``by`` and ``via``)."""
+        return f"operator:{self.name}{VIA}{self.session}"
 
     @property
     def roles(self) -> str:
         shown = [r for r in ("operate", "dispatch") if r in self.allowed]
         return ", ".join(shown) if shown else "read only"
-
-
-def name_problem(name: str) -> str:
-    """Why ``name`` cannot name a person in the ledger ("" when it can)."""
-    if not name or name != name.strip() or len(name) > MAX_NAME or not name.isprintable():
-        return f"a name is 1-{MAX_NAME} printable characters without surrounding spaces"
-    if " via " in name:
-        return "a name must not contain ' via ' (it separates the person from the session)"
-    return ""
 
 
 class Sessions:
@@ -158,10 +145,13 @@ class Sessions:
             return False
         return hmac.compare_digest(presented.encode("ascii", "replace"), self.csrf(person).encode())
 
-    def preview_digest(self, person: Person, ids: list[str]) -> str:
-        """A bulk preview's seal over exactly the ids it showed, in order."""
-        data = "\n".join(ids).encode("utf-8", "surrogatepass")
-        return _b64(self._mac("preview:" + person.sid, hashlib.sha256(data).digest()))
+    def preview_digest(self, person: Person, shown: Mapping[str, Any]) -> str:
+        """A bulk preview's seal over everything it showed (``shown``: the verdict, its
+        recheck choice, reason, evidence and object id, the filter and exactly the ids,
+        in order), bound to this person's session."""
+        data = json.dumps(shown, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        digest = hashlib.sha256(data.encode("utf-8", "surrogatepass")).digest()
+        return _b64(self._mac("preview:" + person.sid, digest))
 
     # ------------------------------------------------------------ who is it
 

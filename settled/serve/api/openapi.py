@@ -4,7 +4,7 @@ The document is built from the route table (``settled.serve.api.ENDPOINTS``, eac
 its :class:`Operation`) and the schemas below. The same schemas validate request
 bodies (``validator``), the suite fuzzes the API from the served document
 (schemathesis) and checks every response against it, and docs/api.md is rendered
-from it (``python -m settled.serve.apidoc``), so code, checks and docs cannot drift.
+from it (``python -m settled.serve.api.apidoc``), so code, checks and docs cannot drift.
 
 Records have the shape of the CLI's ``--json`` (``ActionRecord.to_json``), dispatch
 and confirm answers that of ``dispatch.Report.to_json``.
@@ -16,11 +16,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import __version__
-from ..model import MAX_ACTION_ID, RECORD_FIELDS, Acceptance, Delivery, Status, Tier
+from ... import __version__
+from ...model import MAX_ACTION_ID, RECORD_FIELDS, Status
+from ...storage.columns import EVENT_COLUMNS, TABLE, Column
 
 API_PREFIX = "/api/v1"
-DOC_ID = "urn:settled:api:v1"  # the document's id, for the validators' $refs
+DOC_ID = "urn:settled:api:v1"  # where the validators find the document ($refs); OpenAPI 3.1
+# allows no root `$id`, so the id is the registry's, never written into the document
 
 STATUSES = [str(s) for s in Status]
 OUTCOMES = ["dispatched", "recorded", "already_completed", "in_progress", "blocked", "not_found"]
@@ -51,49 +53,47 @@ ACTION_ID: dict[str, Any] = {
     "examples": ["order-42-mail"],
 }
 
-_RECORD_PROPS: dict[str, Any] = {
-    "action_id": {"type": "string"},
-    "provider": {"type": "string"},
-    "operation": {"type": "string"},
+# What a record field's column cannot say of it: its meaning, its bounds. Every other
+# property follows from the ledger's column (``storage.columns``): a new field is here
+# by itself.
+_SAID: dict[str, dict[str, Any]] = {
     "params": {"description": "the params as recorded (a JSON object)"},
-    "params_hash": {"type": "string"},
-    "tier": {"type": "string", "enum": [str(t) for t in Tier]},
-    "reconciliation_key": TEXT_OR_NULL,
-    "eligible_at": {
-        **TIME_OR_NULL,
-        "description": "first automatic check; null: never (a person verifies)",
+    "acceptance": {
+        "description": (
+            "whether the effect happened: ACCEPTED once observed or attested; not the "
+            "report's result `accepted`, which means not yet observed"
+        )
     },
-    "requires_manual_verification": {"type": "boolean"},
-    "attempt": {"type": "integer", "minimum": 1},
-    "idempotency_key": {"type": "string"},
-    "dispatch_id": TEXT_OR_NULL,
-    "provider_object_id": TEXT_OR_NULL,
-    "status": {"type": "string", "enum": STATUSES},
-    "delivery": {"type": "string", "enum": [str(d) for d in Delivery]},
-    "acceptance": {"type": "string", "enum": [str(a) for a in Acceptance]},
-    "dispatched_at": TIME_OR_NULL,
-    "confirmed_at": TIME_OR_NULL,
-    "confirmed_by": TEXT_OR_NULL,
-    "created_at": TIME,
-    "updated_at": TIME,
-    "lease_owner": TEXT_OR_NULL,
-    "lease_expires_at": TIME_OR_NULL,
-    "next_check_at": TIME_OR_NULL,
-    "verify_deadline_at": TIME_OR_NULL,
-    "checks": {"type": "integer", "minimum": 0},
-    "counted_checks": {
-        "type": "integer",
-        "minimum": 0,
-        "description": "checks that spent the budget",
-    },
-    "check_error": {**TEXT_OR_NULL, "description": "why the last check could not be made"},
-    "reason": TEXT_OR_NULL,
-    "lands_by": {
-        **TIME_OR_NULL,
-        "description": "last moment this attempt could reach the provider",
-    },
-    "contradiction": {**TEXT_OR_NULL, "description": "later evidence against a settled status"},
+    "eligible_at": {"description": "first automatic check; null: never (a person verifies)"},
+    "attempt": {"minimum": 1},
+    "checks": {"minimum": 0},
+    "counted_checks": {"minimum": 0, "description": "checks that spent the budget"},
+    "check_error": {"description": "why the last check could not be made"},
+    "lands_by": {"description": "last moment this attempt could reach the provider"},
+    "contradiction": {"description": "later evidence against a settled status"},
     "declared": {"type": ["object", "null"], "description": "the declaration that governs it"},
+}
+
+
+def _shape(column: Column) -> dict[str, Any]:
+    """The JSON a record field holds, by the codec of its column."""
+    kind = column.codec.kind
+    shape: dict[str, Any]
+    if column.codec.enum is not None:
+        shape = {"type": "string", "enum": [str(v) for v in column.codec.enum]}
+    elif kind == "time":
+        shape = dict(TIME)
+    elif kind in ("integer", "boolean"):
+        shape = {"type": kind}
+    elif kind == "json":
+        return {}  # any JSON value (its field says which)
+    else:
+        shape = {"type": "string"}
+    return _nullable(shape) if column.null else shape
+
+
+_RECORD_PROPS: dict[str, Any] = {
+    c.name: {**_shape(c), **_SAID.get(c.name, {})} for c in TABLE if c.name in RECORD_FIELDS
 }
 assert set(_RECORD_PROPS) == set(RECORD_FIELDS)
 
@@ -148,17 +148,7 @@ SCHEMAS: dict[str, Any] = {
             "attempt": {"type": "integer"},
             "detail": {"type": "object"},
         },
-        "required": [
-            "id",
-            "action_id",
-            "at",
-            "actor",
-            "kind",
-            "from_status",
-            "to_status",
-            "attempt",
-            "detail",
-        ],
+        "required": list(EVENT_COLUMNS),
     },
     "Shown": _with(
         "Record",
@@ -182,6 +172,35 @@ SCHEMAS: dict[str, Any] = {
         {"next": {"type": "string"}},
         ["next"],
     ),
+    "EventsPage": {
+        "type": "object",
+        "description": "A page of the audit, newest first.",
+        "properties": {
+            "events": {
+                "type": "array",
+                "items": {
+                    "allOf": [
+                        {"$ref": "#/components/schemas/Event"},
+                        {
+                            "type": "object",
+                            "properties": {
+                                "person": {"type": ["string", "null"]},
+                                "via": {"type": ["string", "null"]},
+                                "said": {"type": "string"},
+                            },
+                            "required": ["person", "via", "said"],
+                        },
+                    ]
+                },
+            },
+            "count": {"type": "integer", "description": "events in `events`"},
+            "next": {
+                "type": ["integer", "null"],
+                "description": "the `cursor` of the next page; null on the last",
+            },
+        },
+        "required": ["events", "count", "next"],
+    },
     "Listing": {
         "type": "object",
         "properties": {
@@ -191,8 +210,12 @@ SCHEMAS: dict[str, Any] = {
                 "type": "integer",
                 "description": "records the selectors match (more than `count` when `limit` cut the list)",
             },
+            "next_cursor": {
+                "type": ["string", "null"],
+                "description": "`after` for the next page; null on the last page",
+            },
         },
-        "required": ["actions", "count", "total"],
+        "required": ["actions", "count", "total", "next_cursor"],
     },
     "Change": {
         "type": "object",
@@ -225,9 +248,8 @@ SCHEMAS: dict[str, Any] = {
     "Stats": {
         "type": "object",
         "description": (
-            "Records by status × provider × operation, counted from several reads of the "
-            "ledger (not one snapshot: under concurrent writes a record that moved between "
-            "two reads may be counted in either status)."
+            "Records by status × provider × operation, from the counts every write keeps "
+            "in its own transaction: one read, one snapshot, no scan of the records."
         ),
         "properties": {
             "total": {"type": "integer"},
@@ -311,7 +333,11 @@ SCHEMAS: dict[str, Any] = {
                 "type": ["string", "null"],
                 "minLength": 1,
                 "maxLength": 100,
-                "description": "the person who attests it (recorded as operator:BY via api:TOKEN)",
+                "description": (
+                    "the person the token vouches for (the event's actor is operator:BY via "
+                    "api:TOKEN, and it keeps `person` and `via` apart); 422 when it holds "
+                    "' via ' or a control or invisible character"
+                ),
             },
             "no_recheck": {
                 "type": "boolean",
@@ -431,7 +457,6 @@ def document(operations: Iterable[Operation]) -> dict[str, Any]:
         paths.setdefault(op.path, {})[op.method.lower()] = _operation(op)
     return {
         "openapi": "3.1.0",
-        "$id": DOC_ID,
         "info": {
             "title": "settled API",
             "version": __version__,
@@ -442,7 +467,9 @@ def document(operations: Iterable[Operation]) -> dict[str, Any]:
                 "`Authorization: Bearer TOKEN` (a token of `[serve.tokens.NAME]`); roles: read "
                 "(GET), dispatch (POST /actions, confirm), operate (confirm, resolve, retry, "
                 "reconcile); dispatch and operate include read. Errors are "
-                "application/problem+json (RFC 9457)."
+                "application/problem+json (RFC 9457). Every answer but this description "
+                "carries `Cache-Control: no-store` (records hold params); this one may be "
+                "cached for five minutes."
             ),
             "license": {"name": "MIT", "identifier": "MIT"},
         },

@@ -12,8 +12,12 @@ Every answer, a refusal included, is counted in
 string (the ``token`` scheme may carry its secret there). A provider that has no
 callbacks is counted under ``provider="-"``: the path segment is the sender's text,
 and a series per guess would grow without bound. The order of the checks is the
-core's: method (405), provider (404), size (413), signature (401), body (400); an
-unknown provider's body is never read.
+core's: method (405), provider (404), then, before a byte of the body is read, the
+scheme's signature headers (401 when one is missing, ``required_headers``), size (413),
+signature (401), body (400); an unknown provider's body is never read. A body read
+before its signature is checked counts against its client address (429 past
+``[serve] bodies_per_client``); one that stops arriving is answered 408
+(``[serve] body_timeout``).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from ..callbacks.verify import required_headers
 from .problems import Problem
 from .service import service_of
 
@@ -38,7 +43,13 @@ async def hook(request: Any) -> Any:
         "provider": answer.provider,
         **({"events": answer.counts} if answer.reason == "batch" else {}),
     }
-    extra = {"Allow": "POST"} if answer.status == 405 else None
+    extra = (
+        {"Allow": "POST"}
+        if answer.status == 405
+        else {"Retry-After": "1"}
+        if answer.status == 429
+        else None
+    )
     return Response(
         answer.content(), status_code=answer.status, media_type="application/json", headers=extra
     )
@@ -51,18 +62,19 @@ async def _answer(request: Any, service: Any) -> Any:
     provider = request.path_params["provider"]
     method = request.method
     body = b""
-    if provider in service.config.callbacks and method == "POST":
+    cfg = service.config.callbacks.get(provider)
+    if cfg is not None and method == "POST":
+        if not all(request.headers.get(h) for h in required_headers(cfg)):
+            # unsigned: refused before a byte of the body is read (the connection then
+            # ends: settled.serve.connections), so no sender holds one without a secret
+            return Answer(401, {"error": "unauthorized"}, "bad_signature", provider)
         try:
-            body = await service.body(request)
-        except Problem as too_big:  # over [serve] max_body, announced or not
-            if too_big.status != 413:
+            body = await service.body(request, authenticated=False)
+        except Problem as refused:
+            answer = _refused(refused, service, provider)
+            if answer is None:
                 raise
-            return Answer(
-                413,
-                {"error": "body too large", "max_body": service.max_body},
-                "too_large",
-                provider,
-            )
+            return answer
     headers = list(request.headers.items())
     query = request.scope.get("query_string", b"").decode("latin-1")
 
@@ -75,6 +87,21 @@ async def _answer(request: Any, service: Any) -> Any:
     if provider not in service.config.callbacks:  # a 404, or a 405 that came first
         answer = replace(answer, provider=UNKNOWN)
     return answer
+
+
+def _refused(problem: Problem, service: Any, provider: str) -> Any:
+    """The callback answer of a body that was not read whole (None: not one of those)."""
+    from ..callbacks.hooks import Answer
+
+    if problem.status == 413:  # over [serve] max_body, announced or not
+        return Answer(
+            413, {"error": "body too large", "max_body": service.max_body}, "too_large", provider
+        )
+    if problem.status == 429:  # [serve] bodies_per_client from this address at once
+        return Answer(429, {"error": "too many at once; deliver again later"}, "busy", provider)
+    if problem.status in (400, 408):  # it stopped, or the sender went away
+        return Answer(problem.status, {"error": problem.detail}, "incomplete", provider)
+    return None
 
 
 def routes() -> list[Any]:

@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from ... import cause
+from ...display import ago, span, term
+
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
 PREFIX = "/ui"
@@ -46,10 +49,16 @@ def aid_url(action_id: str) -> str:
     return f"{PREFIX}/actions/" + quote(action_id, safe="").replace(".", "%2E")
 
 
+def quoted(action_id: str) -> str:
+    """An id as a form value that holds only ASCII (percent-encoded, every character
+    but letters, digits and ``_.-~``), so no stored character reaches the page raw;
+    ``urllib.parse.unquote`` gives it back exactly."""
+    return quote(action_id, safe="")
+
+
 def shown(value: object, limit: int | None = None) -> str:
     """Stored or external text as a person may see it: invisible characters written
     out (the CLI's ``term``); markup is escaped afterwards by the environment."""
-    from ..cli.render import term
 
     return term(value, limit=limit)
 
@@ -61,7 +70,6 @@ def block(value: object) -> str:
 
 def when(stored: str | None, now: datetime, never: str = "-") -> str:
     """A stored time with its zone and its age: ``2026-12-01 14:02:11 UTC (3m ago)``."""
-    from ..cli.render import ago
 
     if not stored:
         return never
@@ -71,13 +79,11 @@ def when(stored: str | None, now: datetime, never: str = "-") -> str:
 
 
 def age(stored: str | None, now: datetime) -> str:
-    from ..cli.render import ago
 
     return ago(stored, now) if stored else "-"
 
 
 def seconds(value: float | None) -> str:
-    from ..cli.render import span
 
     return "-" if value is None else span(value)
 
@@ -101,8 +107,12 @@ def environment() -> Any:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(t=shown, lines=block, aid_url=aid_url, pretty=pretty, span=seconds)
-    env.globals.update(when=when, age=age, prefix=PREFIX)
+    env.filters.update(
+        t=shown, lines=block, aid_url=aid_url, pretty=pretty, span=seconds, quoted=quoted
+    )
+    env.globals.update(
+        when=when, age=age, prefix=PREFIX, cause_of=cause.shown, cause_words=cause.sentence
+    )
     return env
 
 
@@ -111,4 +121,14 @@ def render(name: str, context: dict[str, Any]) -> str:
     return out
 
 
-__all__ = ["CSP", "HEADERS", "PREFIX", "STATIC", "aid_url", "environment", "render", "shown"]
+__all__ = [
+    "CSP",
+    "HEADERS",
+    "PREFIX",
+    "STATIC",
+    "aid_url",
+    "environment",
+    "quoted",
+    "render",
+    "shown",
+]

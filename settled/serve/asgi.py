@@ -2,6 +2,9 @@
 
 Layers, outermost first (each one concern):
 
+    NoStore     ``Cache-Control: no-store`` on every answer of ``/api/v1`` and ``/mcp``
+                (records carry params), refusals included, unless the route set its own
+                (the OpenAPI description may be cached briefly)
     Observe     one JSON log line and the metrics per request (method, route template,
                 status, duration; never the raw path, the query, headers, bodies or
                 tokens); any exception becomes a 500 problem, never a traceback
@@ -9,11 +12,12 @@ Layers, outermost first (each one concern):
                 (403), the body cap (413), before any route runs
     Starlette   the routes (``routes``), problems rendered as application/problem+json
 
-Routes: ``/healthz`` and ``/metrics`` (no token, as the daemon serves them),
-``/api/v1/...`` (``settled.serve.api``), ``/ui/...`` (the console,
-``settled.serve.console``), ``/mcp`` (the MCP server of ``settled mcp``, its own
-DNS-rebinding guard kept; a token with the ``dispatch`` role once any token is
-configured), and the provider callbacks of ``hook_routes``.
+Routes, each family from its own module: ``/healthz`` and ``/metrics``
+(``monitor_routes``, no token, as the daemon serves them), ``/api/v1/...``
+(``settled.serve.api``), ``/ui/...`` (the console, ``settled.serve.console``), ``/mcp``
+(``mcp_routes``: the MCP server of ``settled mcp``, its own DNS-rebinding guard kept; a
+token with the ``dispatch`` role once any token is configured), and the provider
+callbacks of ``hook_routes`` (``callback_routes``).
 """
 
 from __future__ import annotations
@@ -25,135 +29,36 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qsl
 
-from .auth import REALM, bearer
+from . import api, callback_routes, console, mcp_routes, monitor_routes
+from .auth import REALM
 from .problems import Problem, one_line
-from .service import Service, service_of, too_large
+from .service import Service, too_large
 
 QUERY_TOKENS = ("token", "access_token")  # refused in any query string: URLs end up in logs
 QUERY_TOKEN_EXEMPT = ("/hooks/",)  # the `token` callback scheme may carry its secret there
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+NO_STORE = ("/api/v1", "/mcp")  # answers that may carry a record or its params
 _CONVERTER = re.compile(r"\{(\w+):\w+\}")
 
 
 def hook_routes() -> list[Any]:
     """``POST /hooks/{provider}``: provider callbacks (rule 16), answered by the
-    callback core (``settled.serve.hooks``). Its path starts with ``/hooks/``: the
+    callback core (``settled.serve.callback_routes``). Its path starts with ``/hooks/``: the
     query-string token refusal does not apply there (the ``token`` scheme)."""
-    from . import hooks
 
-    return hooks.routes()
+    return callback_routes.routes()
 
 
 def routes(service: Service, mcp: list[Any]) -> list[Any]:
     """Every route of the service, in matching order."""
-    from starlette.routing import Route
-
-    from . import api, console
-
     return [
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
+        *monitor_routes.routes(),
         *api.routes(),
         *console.routes(),
         *mcp,
         *hook_routes(),
     ]
-
-
-# ------------------------------------------------------------------ monitors
-
-
-async def healthz(request: Any) -> Any:
-    """200 while the ledger answers (and, with ``--reconcile``, while passes succeed:
-    503 before the first has finished and after a failed one); 503 while stopping."""
-    from starlette.responses import PlainTextResponse
-
-    from ..errors import SettledError
-
-    svc = service_of(request)
-    if svc.stopping:
-        return PlainTextResponse("unhealthy: stopping\n", status_code=503)
-    try:
-        await svc.run(lambda s: s.ledger().find(""))
-    except SettledError as exc:
-        svc.emit_error(exc, request)
-        return PlainTextResponse(
-            f"unhealthy: the ledger cannot be read ({type(exc).__name__})\n", status_code=503
-        )
-    if svc.sweeper is not None:
-        code, text = svc.metrics.health()
-        return PlainTextResponse(text, status_code=code)
-    return PlainTextResponse("ok\n")
-
-
-async def metrics(request: Any) -> Any:
-    """The daemon's Prometheus registry, plus the service's request counters. Without
-    ``--reconcile`` no pass counts the queue, so its depth is read at each scrape."""
-    from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-    from starlette.responses import Response
-
-    svc = service_of(request)
-    if svc.sweeper is None:
-        svc.metrics.queue(await svc.run(lambda s: s.ledger().status_counts()))
-    return Response(generate_latest(svc.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-
-# ------------------------------------------------------------------ /mcp
-
-
-class TokenGate:
-    """``/mcp`` once tokens are configured: a bearer token with the ``dispatch`` role
-    (its tools dispatch and confirm). Without tokens (loopback only) it is open, as
-    ``settled mcp --http`` is."""
-
-    def __init__(self, app: Any, service: Service, role: str = "dispatch") -> None:
-        self.app = app
-        self.service = service
-        self.role = role
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and len(self.service.tokens):
-            headers = [v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"]
-            token, why = bearer(headers)
-            caller = self.service.tokens.identify(token) if token is not None else None
-            if caller is None:
-                await Problem(
-                    401, why or "the token is not valid", headers={"WWW-Authenticate": REALM}
-                ).send(send)
-                return
-            if not caller.may(self.role):
-                await Problem(
-                    403, f"token {caller.token!r} lacks the {self.role} role for /mcp"
-                ).send(send)
-                return
-            scope.setdefault("state", {})["actor"] = caller.actor
-        await self.app(scope, receive, send)
-
-
-def mcp_routes(
-    service: Service,
-) -> tuple[list[Any], Callable[[], AbstractAsyncContextManager[Any]]]:
-    """``/mcp``: the streamable HTTP endpoint of ``settled mcp`` over the service's
-    session pool, with the SDK's DNS-rebinding guard set to the service's hosts, and
-    its session manager's lifespan (run by the service's)."""
-    from mcp.server.transport_security import TransportSecuritySettings
-    from starlette.routing import Route
-
-    from ..agents.mcp_server import SettledMCP
-
-    server = SettledMCP(service.toolbox, debug=service.debug).server()
-    security = TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=service.guard.allowed_hosts(),
-        allowed_origins=service.guard.allowed_origins(),
-    )
-    sub = server.streamable_http_app(
-        transport_security=security, max_request_body_size=service.max_body
-    )
-    inner = next(r for r in sub.routes if isinstance(r, Route) and r.path == "/mcp")
-    route = Route("/mcp", endpoint=TokenGate(inner.endpoint, service))
-    return [route], lambda: sub.router.lifespan_context(sub)
 
 
 # ------------------------------------------------------------------ the checks
@@ -215,7 +120,7 @@ class Gate:
             if len(length) > 1 or not length[0].strip().isdigit():
                 return Problem(400, "a malformed Content-Length")
             # a callback's route answers its own 413, so that it is counted and logged
-            # as a refused callback (settled.serve.hooks); it reads nothing past the cap
+            # as a refused callback (settled.serve.callback_routes); it reads nothing past the cap
             if int(length[0]) > self.service.max_body and not scope["path"].startswith(
                 QUERY_TOKEN_EXEMPT
             ):
@@ -334,16 +239,42 @@ class Observe:
         self.service.emit("request", **line)
 
 
+class NoStore:
+    """``Cache-Control: no-store`` on every answer under ``prefixes`` that names no
+    cache policy of its own: no browser, proxy or CDN keeps a record or its params."""
+
+    def __init__(self, app: Any, prefixes: tuple[str, ...] = NO_STORE) -> None:
+        self.app = app
+        self.prefixes = prefixes
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(self.prefixes):
+            await self.app(scope, receive, send)
+            return
+
+        async def stored_nowhere(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                if not any(k.lower() == b"cache-control" for k, _v in headers):
+                    headers.append((b"cache-control", b"no-store"))
+                    message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, stored_nowhere)
+
+
 # ------------------------------------------------------------------ assembly
 
 
-def build(service: Service, *, mcp: bool = True) -> Any:
+def build(service: Service, *, mcp: Any = None) -> Any:
     """The ASGI application of ``service``: its routes behind the checks and the log.
-    ``mcp`` mounts ``/mcp`` (it needs the MCP SDK, ``settled[mcp]``)."""
+    ``mcp``, an MCP server (``settled.agents.mcp_server.SettledMCP(...).server()``, which
+    needs the SDK, ``settled[mcp]``), is mounted at ``/mcp``; the caller builds it, as
+    ``settled serve`` starts both, so the service imports no other shell."""
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
 
-    mcp_table, mcp_lifespan = mcp_routes(service) if mcp else ([], None)
+    mcp_table, mcp_lifespan = mcp_routes.routes(service, mcp) if mcp is not None else ([], None)
 
     async def on_problem(request: Any, exc: Exception) -> Any:
         assert isinstance(exc, Problem)
@@ -372,7 +303,7 @@ def build(service: Service, *, mcp: bool = True) -> Any:
         lifespan=lifespan,
     )
     app.state.service = service
-    return Observe(Gate(app, service), service, table)
+    return NoStore(Observe(Gate(app, service), service, table))
 
 
 @asynccontextmanager
@@ -415,8 +346,8 @@ async def _running(
 __all__ = [
     "QUERY_TOKEN_EXEMPT",
     "Gate",
+    "NoStore",
     "Observe",
-    "TokenGate",
     "build",
     "hook_routes",
     "route_template",

@@ -1,7 +1,7 @@
 """docs/api.md, rendered from the OpenAPI description (``settled.serve.api.DOCUMENT``).
 
-    python -m settled.serve.apidoc            print it
-    python -m settled.serve.apidoc --write    write docs/api.md (the suite fails when it drifts)
+    python -m settled.serve.api.apidoc            print it
+    python -m settled.serve.api.apidoc --write    write docs/api.md (the suite fails when it drifts)
 
 The page is generated, never edited by hand: the description is the one source."""
 
@@ -12,8 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import DOCUMENT
+
 HEADER = (
-    "<!-- Generated from the OpenAPI description by `python -m settled.serve.apidoc --write`; "
+    "<!-- Generated from the OpenAPI description by `python -m settled.serve.api.apidoc --write`; "
     "do not edit. -->"
 )
 
@@ -145,16 +147,14 @@ def render(doc: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .api import DOCUMENT
-
     args = sys.argv[1:] if argv is None else argv
     text = render(DOCUMENT)
     if args == ["--write"]:
-        target = Path(__file__).resolve().parents[2] / "docs" / "api.md"
+        target = Path(__file__).resolve().parents[3] / "docs" / "api.md"
         target.write_text(text, encoding="utf-8")
         print(f"wrote {target.name}", file=sys.stderr)
     elif args:
-        print("usage: python -m settled.serve.apidoc [--write]", file=sys.stderr)
+        print("usage: python -m settled.serve.api.apidoc [--write]", file=sys.stderr)
         return 2
     else:
         sys.stdout.write(text)
