@@ -1,6 +1,6 @@
 """Shared fixtures. Every test gets its own ledger and config paths (autouse) and a
 real sim provider on loopback when it asks for one. Plain helpers (running `settled`
-as a real OS process, writing a settled.toml) live in support.py."""
+as a real OS process, writing a settled.toml) live in tests/helpers/support.py."""
 
 from __future__ import annotations
 
