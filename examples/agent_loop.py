@@ -28,9 +28,9 @@ import anyio
 import mcp_types as types
 from mcp import Client
 
-from settled.agents.core import Toolbox
 from settled.agents.mcp_server import build_server
 from settled.providers.sim_server import SimServer
+from settled.toolbox import Toolbox
 
 CONFIG = """\
 [providers.mail]
