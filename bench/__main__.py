@@ -1,5 +1,6 @@
-"""python -m bench [--quick] [--write] [--only SUITE]: settled against the floor, on this
-machine, now.
+"""python -m bench [--quick] [--write] [--only SUITE] [--repeats N]: settled against the
+floor, on this machine, now. (``python -m bench agents``: the agent transcript of
+``bench/agents.py``.)
 
 Every row times settled and a baseline in the same run, interleaved, and prints the
 ratio. Figures are for reading, never for failing a build: shared machines are noisy.
@@ -34,6 +35,7 @@ QUICK = {
     "bulk_repeats": 1,
     "lines": (1_000, 5_000),
     "seconds_in_turn": 1.0,
+    "quick": True,
 }
 FULL = {
     "ops": 1000,
@@ -47,6 +49,7 @@ FULL = {
     "bulk_repeats": 3,
     "lines": (10_000, 100_000),
     "seconds_in_turn": 2.0,
+    "quick": False,
 }
 SUITES = (
     "ledger",
@@ -71,6 +74,7 @@ def _bulk(tmp: str, cfg: dict) -> list:
         n = cfg["bulk"]
         rows += bulk.dispatch_rows(tmp, n, seq, cfg["bulk_repeats"], [latency])
         rows += bulk.reconcile_rows(tmp, n, seq, cfg["bulk_repeats"], [latency])
+        rows += bulk.reconcile_process_rows(tmp, n, cfg["bulk_repeats"], latency)
     return rows + bulk.rss_rows(tmp, cfg["lines"])
 
 
@@ -88,7 +92,7 @@ def run(cfg: dict, only: set[str], batch: int) -> tuple[list[Row], str]:
             (
                 "sweep",
                 lambda: sweep.sweeps(
-                    tmp, cfg["sizes"], max(1, cfg["repeats"] // 2), batch, cfg is QUICK
+                    tmp, cfg["sizes"], max(1, cfg["repeats"] // 2), batch, cfg["quick"]
                 ),
             ),
             ("startup", lambda: startup.cold_start(tmp, cfg["startup"])),
@@ -183,6 +187,11 @@ def markdown(rows: list[Row], machine: str, mode: str, seconds: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["agents"]:  # a different question: not speed, but what a model is told
+        from . import agents
+
+        return agents.main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="under a minute, smaller sizes")
     parser.add_argument("--write", action="store_true", help="write bench/RESULTS.md (quick)")
@@ -194,8 +203,13 @@ def main(argv: list[str] | None = None) -> int:
         help="run only this suite (repeatable)",
     )
     parser.add_argument("--batch", type=int, default=200, help="reconciliation batch size")
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="repeats of every row (bulk rows included)"
+    )
     args = parser.parse_args(argv)
-    cfg = QUICK if args.quick else FULL
+    cfg = dict(QUICK if args.quick else FULL)
+    if args.repeats:
+        cfg.update(repeats=args.repeats, bulk_repeats=args.repeats)
     mode = "quick" if args.quick else "full"
     t = time.perf_counter()
     rows, machine = run(cfg, set(args.only), args.batch)

@@ -179,7 +179,7 @@ def _awaiting(path: str, ids: list[str]) -> None:
                 policy.outcome(
                     claimed,
                     d,
-                    policy.Verdict.ACCEPTED,
+                    policy.ReplyProof.ACCEPTED,
                     wire,
                     now,
                     owner=taken.owner,

@@ -1,7 +1,7 @@
 """Cold start: whole commands, timed with ``subprocess`` and ``time.perf_counter``.
 
-``settled show ID --json`` against a minimal Typer app with one command that prints
-a JSON object, both run by this interpreter, in alternation."""
+``settled show ID --json`` and ``settled queue`` against a minimal Typer app with one
+command that prints a JSON object, all run by this interpreter, in alternation."""
 
 from __future__ import annotations
 
@@ -104,6 +104,7 @@ def cold_start(tmp: str, repeats: int) -> list[Row]:
 
     cmds = {
         "settled": [sys.executable, "-m", "settled", "show", "bench-1", "--json"],
+        "queue": [sys.executable, "-m", "settled", "queue"],
         "typer": [sys.executable, app, "bench-1", "--json"],
         "pass": [sys.executable, "-c", "pass"],
         "import": [sys.executable, "-c", "import settled.cli"],
@@ -140,6 +141,17 @@ def cold_start(tmp: str, repeats: int) -> list[Row]:
             higher_is_better=False,
             target=1.1,
             note="loads: " + (", ".join(loaded) or "none of " + "/".join(HEAVY)),
+        ),
+        Row(
+            "startup",
+            "cold start: settled queue",
+            "ms",
+            times["queue"],
+            times["typer"],
+            "minimal Typer app, one command",
+            higher_is_better=False,
+            target=1.1,
+            note="the default listing of what needs attention, as a table on a pipe",
         ),
         Row(
             "startup",
