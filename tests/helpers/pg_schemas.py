@@ -52,7 +52,19 @@ def _probe() -> str | None:
     _state["admin"] = conn
     atexit.register(_close_admin)
     _drop_orphans(conn)
+    _search_extension(conn)
     return None
+
+
+def _search_extension(conn: Any) -> None:
+    """Make ``pg_trgm`` once, as docs/postgres.md has the database's administrator do
+    before the first ``settled migrate``: the tests that open a ledger as a role of
+    their own, which may not create extensions, must not depend on an earlier test
+    having made it (on a fresh server, the longest such file runs first). The lock is
+    the one the schema step takes, so workers and that step never race to make it."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('settled pg_trgm'))")
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public")
 
 
 def _close_admin() -> None:

@@ -498,3 +498,56 @@ def test_an_application_role_without_ownership_runs_settled_but_cannot_rewrite_h
         )
         admin.execute(f'DROP OWNED BY "{role}"')
         admin.execute(f'DROP ROLE "{role}"')
+
+
+# ------------------------------------------------------------------ the search extension
+
+
+def test_a_database_without_pg_trgm_gets_it_from_its_owner_and_a_clear_line_otherwise() -> None:
+    """docs/postgres.md: the schema step that makes the search index makes ``pg_trgm`` in
+    ``public`` when the database has none, which only a role allowed to create
+    extensions may do; any other role is told so in one line and nothing is made. A
+    database of its own, as the suite's database has the extension (pg_schemas)."""
+    import os
+
+    admin = pg.admin()
+    database = f"{pg.PREFIX}{os.getpid()}_ext"
+    role = f"{database}_app"
+    admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+    admin.execute(f'CREATE DATABASE "{database}"')
+    admin.execute(f'CREATE ROLE "{role}" LOGIN')
+    try:
+        owner_url = f"postgresql:///{database}?options=-csearch_path%3Downed"
+        app_url = f"postgresql://{role}@/{database}?options=-csearch_path%3D{role}"
+        rawdb.execute(owner_url, "CREATE SCHEMA owned")
+        rawdb.execute(owner_url, f'CREATE SCHEMA "{role}" AUTHORIZATION "{role}"')
+
+        out = run_cli(
+            "--db", app_url, "reconcile", "--due"
+        )  # a command that writes makes the ledger
+        assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+        assert 'create extension "pg_trgm"' in out.stderr, out.stderr
+        assert (
+            rawdb.execute(owner_url, "SELECT extname FROM pg_extension WHERE extname = 'pg_trgm'")
+            == []
+        )
+        assert (
+            rawdb.execute(owner_url, f"SELECT tablename FROM pg_tables WHERE schemaname = '{role}'")
+            == []
+        )  # the step that failed took the whole migration with it
+
+        with Ledger.open(owner_url) as led:  # the database's owner: the step makes it
+            led.record(new_record("order-10927", params={"order": 10927}), actor="owner")
+        assert rawdb.execute(
+            owner_url,
+            "SELECT extnamespace::regnamespace::text FROM pg_extension WHERE extname = 'pg_trgm'",
+        ) == [("public",)]
+        found = run_cli("--db", owner_url, "queue", "--search", "10927", "-o", "name")
+        assert (found.returncode, found.stdout.split()) == (0, ["order-10927"]), found.stderr
+
+        again = run_cli("--db", app_url, "reconcile", "--due")  # now any role can make its ledger
+        assert again.returncode == 0, again.stderr
+    finally:
+        admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        admin.execute(f'DROP ROLE IF EXISTS "{role}"')
