@@ -109,17 +109,19 @@ def test_a_signal_during_dispatch_wait_prints_the_record_and_exits_by_its_status
 def test_sigterm_during_dispatch_wait_json_prints_the_record(
     slow_config: Path, sim: SimServer, db_path: Any
 ) -> None:
-    """With --json off a terminal the wait says nothing: the event waited for is the
-    record's own state in the ledger."""
+    """With --json off a terminal the wait says nothing: the event waited for is its
+    first check reaching the provider. (The record being accepted in the ledger is not
+    enough: the dispatch has not yet returned to the wait then, and a signal in that
+    moment ends the command as one on the way does.)"""
     sim.plan("w-2", "lost_after_accept")
     proc = popen_cli("dispatch", "sim", "send", "--action-id", "w-2", "--wait", "--json")
 
-    def accepted() -> bool:
+    def checked() -> bool:
         with Ledger.open(db_path, create=False) as led:
             rec = led.find("w-2")
-            return rec is not None and str(rec.status) == "AWAITING_VERIFICATION"
+        return rec is not None and sim.queries_for(rec.reconciliation_key or "") >= 1
 
-    wait_until("the record is accepted", lambda: db_exists(db_path) and accepted())
+    wait_until("the wait has checked the provider", lambda: db_exists(db_path) and checked())
     proc.send_signal(signal.SIGTERM)
     code, out, err = finish(proc)
     assert code == 3, (code, out, err)
