@@ -41,6 +41,11 @@ Examples:
 FORMATS = ("table", "wide", "tsv", "json", "ndjson")
 
 
+def complete_format(incomplete: str) -> list[str]:
+    """``-o``'s values, for shell completion."""
+    return [f for f in FORMATS if f.startswith(incomplete)]
+
+
 def register(app: typer.Typer) -> None:
     @app.command("log", help=LOG_HELP)
     def log(
@@ -69,12 +74,20 @@ def register(app: typer.Typer) -> None:
             None, "--before", metavar="ID", min=1, help="The cursor: events older than this id."
         ),
         everyone: bool = typer.Option(False, "--all", help="The machines' events too."),
-        limit: int = typer.Option(100, "--limit", metavar="N", min=1, max=10_000),
+        limit: int = typer.Option(
+            100,
+            "--limit",
+            metavar="N",
+            min=1,
+            max=10_000,
+            help="Events per page; the note on stderr names the next page's --before.",
+        ),
         output: str | None = typer.Option(
             None,
             "-o",
             "--output",
             metavar="table|wide|tsv|json|ndjson",
+            autocompletion=complete_format,
             help="Output format (default: table on a terminal, tsv on a pipe).",
             show_default=False,
         ),
@@ -89,16 +102,12 @@ def register(app: typer.Typer) -> None:
 
         if as_json and as_ndjson:
             raise InvalidInput("--json and --ndjson disagree; give one of them")
-        if as_ndjson and output not in (None, "ndjson"):
-            raise InvalidInput(f"--ndjson and -o {output} disagree; give one of them")
-        if as_ndjson or output == "ndjson":
-            if as_json:
-                raise InvalidInput("--json and -o ndjson disagree; give one of them")
+        if as_ndjson:
+            if output is not None and output.strip().lower() != "ndjson":
+                raise InvalidInput(f"--ndjson and -o {output} disagree; give one of them")
             fmt = "ndjson"
         else:
-            fmt = default_format(output, as_json)
-        if fmt not in FORMATS:
-            raise InvalidInput(f"-o {fmt!r}: use one of {', '.join(FORMATS)}")
+            fmt = default_format(output, as_json, FORMATS)
         known = {str(k) for k in EventKind}
         for k in kind:
             if k not in known:

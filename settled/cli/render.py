@@ -351,8 +351,9 @@ def listing(
     table(cols, rows, title=title, wide=fmt == "wide", out=con if fmt != "wide" or err else None)
 
 
-def default_format(fmt: str | None, as_json: bool) -> str:
-    """``--json`` is ``-o json``; without ``-o``: a table on a terminal, TSV on a pipe."""
+def default_format(fmt: str | None, as_json: bool, formats: tuple[str, ...] = FORMATS) -> str:
+    """``--json`` is ``-o json``; without ``-o``: a table on a terminal, TSV on a pipe.
+    ``formats``: the command's own, when they are not the listings' (``settled log``)."""
     from ..errors import InvalidInput
 
     if as_json:
@@ -362,8 +363,8 @@ def default_format(fmt: str | None, as_json: bool) -> str:
     if fmt is None:
         return "table" if is_tty() else "tsv"
     f = fmt.strip().lower()
-    if f not in FORMATS:
-        raise InvalidInput(f"-o {fmt!r}: use one of {', '.join(FORMATS)}")
+    if f not in formats:
+        raise InvalidInput(f"-o {fmt!r}: use one of {', '.join(formats)}")
     return f
 
 

@@ -141,6 +141,8 @@ def test_ndjson_tsv_and_table_carry_the_same_events() -> None:
     nd = run_cli("log", "-o", "ndjson")
     assert [json.loads(line) for line in nd.stdout.splitlines()] == rows
     assert run_cli("log", "--ndjson").stdout == nd.stdout
+    assert run_cli("log", "-o", "NDJSON").stdout == nd.stdout  # any case, as every -o
+    assert run_cli("log", "--ndjson", "-o", "ndjson").stdout == nd.stdout
     tsv = run_cli("log").stdout.splitlines()  # a pipe: TSV with its header
     assert tsv[0].split("\t")[:4] == ["at", "person", "via", "kind"]
     assert len(tsv) == len(rows) + 1
@@ -166,6 +168,22 @@ def test_bad_input_is_one_line_and_reads_nothing(db_path: Any, args: list[str]) 
     assert res.returncode == 1 and res.stdout == "", res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
     assert dump(db_path) == before
+
+
+@pytest.mark.usefixtures("day")
+@pytest.mark.parametrize("fmt", ["yaml", "name", "nd"])
+def test_a_bad_format_names_the_logs_own_formats(fmt: str) -> None:
+    """The log's formats are not the listings' (no ``name``; ``ndjson``)."""
+    res = run_cli("log", "-o", fmt)
+    assert res.returncode == 1, res.stderr
+    assert res.stderr.strip().endswith("use one of table, wide, tsv, json, ndjson"), res.stderr
+
+
+def test_o_completes_the_logs_formats() -> None:
+    from settled.cli.log_cmd import complete_format
+
+    assert complete_format("") == ["table", "wide", "tsv", "json", "ndjson"]
+    assert complete_format("nd") == ["ndjson"]
 
 
 def test_a_missing_ledger_is_not_created(tmp_path: Path) -> None:

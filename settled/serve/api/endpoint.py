@@ -11,6 +11,7 @@ import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote_to_bytes
 
 from ... import tracing
 from ...errors import SettledError
@@ -150,8 +151,6 @@ class Endpoint:
         """The id in the path, percent-decoded exactly once from the raw path (a server
         or test client that decoded the path already cannot decode it twice); without a
         raw path, the route's decoded parameter."""
-        from urllib.parse import unquote_to_bytes
-
         raw = request.scope.get("raw_path")
         if not raw:
             return str(request.path_params["id"])

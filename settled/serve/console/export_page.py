@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -51,10 +54,6 @@ def _cell(value: Any) -> str:
 async def export(visit: Visit) -> Response:
     """Every action the queue's current filter selects, as CSV or JSON, in the queue's
     order, read page by page by cursor; params with their secrets shown as ``***``."""
-    import csv
-    import io
-    import json
-
     from starlette.responses import Response as Plain
 
     kind = visit.request.query_params.get("format", "csv")
