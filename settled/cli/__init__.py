@@ -82,7 +82,7 @@ def _run(argv: list[str] | None) -> int:
 
     from ..errors import SettledError
     from . import common, completion
-    from .commands import app
+    from .commands import app_for
     from .typerapp import Interrupted
 
     # What start-up made (modules, classes, the app: ≈35,000 objects) lives as long as the
@@ -93,7 +93,7 @@ def _run(argv: list[str] | None) -> int:
     debug = bool(os.environ.get("SETTLED_DEBUG"))
     common.STATE.close()  # main() may run more than once in a process (tests, embedding)
     try:
-        command = get_command(app)
+        command = get_command(app_for(sys.argv[1:] if argv is None else argv))
         completion.install()  # after Typer registered its own completion classes, in get_command
         # Not standalone: Click's own errors come here, to be shown through the sanitizer.
         rv = command.main(args=argv, prog_name="settled", standalone_mode=False)

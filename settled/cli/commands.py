@@ -3,9 +3,14 @@ commands: ``COMMANDS``, one module per verb, each adding its command itself."""
 
 from __future__ import annotations
 
+import copy
+import os
+from collections.abc import Sequence
 from typing import Protocol
 
 import typer
+from typer.main import get_command_name
+from typer.models import CommandInfo
 
 from . import (
     common,
@@ -139,3 +144,55 @@ COMMANDS: tuple[Verb, ...] = (
 
 for _command in COMMANDS:
     _command.register(app)
+
+
+# The global options that take a value (``--db PATH``), so the verb can be found after them.
+_VALUED = ("--db", "--config")
+
+
+def app_for(args: Sequence[str]) -> typer.Typer:
+    """The app as Click needs to see it for ``settled ARGS``: only the command ARGS names
+    (with the global options and their callback) when it names one, else every command.
+
+    Typer turns every command of an app into a Click command before it parses anything:
+    for 21 verbs that is about 40 ms of every process's start, three quarters of what a
+    read command such as ``settled show ID --json`` does once its modules are loaded
+    (docs/performance.md, "Cold start"). One command's help, options, errors and exit
+    codes are the same whichever commands sit beside it, so only what lists or guesses
+    the commands gets them all: no verb, an unknown one (Click's "No such command"),
+    ``--help`` or another option before the verb, and shell completion."""
+    if any(name.endswith("_COMPLETE") for name in os.environ if name.startswith("_")):
+        return app
+    verb = _verb(args)
+    if verb is None:
+        return app
+    commands = [c for c in app.registered_commands if _command_name(c) == verb]
+    groups = [g for g in app.registered_groups if g.name == verb]
+    if len(commands) + len(groups) != 1:
+        return app
+    trimmed = copy.copy(app)  # the same info, callback and settings; the one command
+    trimmed.registered_commands = commands
+    trimmed.registered_groups = groups
+    return trimmed
+
+
+def _verb(args: Sequence[str]) -> str | None:
+    """The command ``settled ARGS`` runs, when only global options that take a value come
+    before it; None when anything else does (then every command is built)."""
+    tokens = iter(args)
+    for token in tokens:
+        if token in _VALUED:
+            next(tokens, None)
+        elif token.startswith(tuple(f"{name}=" for name in _VALUED)):
+            continue
+        elif token.startswith("-"):
+            return None
+        else:
+            return token
+    return None
+
+
+def _command_name(info: CommandInfo) -> str | None:
+    if info.name:
+        return info.name
+    return get_command_name(info.callback.__name__) if info.callback else None
