@@ -710,20 +710,26 @@ def inspect(cur: Cursor) -> tuple[int | None, list[str]]:
 
     The catalog is scanned rather than asked through ``to_regclass``, which may answer
     from this session's cache of it: right after another process's first step commits,
-    that cache can still say the mark does not exist. Raises ``LedgerError`` when the
-    connection has no schema to work in."""
+    that cache can still say the mark does not exist. The mark is found through
+    ``pg_class``'s (relname, relnamespace) index; what else the schema holds is read
+    only when it is not marked, as that scans ``pg_class`` and ``pg_proc``, which have
+    no index by schema alone (on a server whose catalogs carry many dead rows the scan
+    was most of what opening a ledger cost the server). Raises ``LedgerError`` when
+    the connection has no schema to work in."""
     cur.execute(
         """
-        WITH here AS (SELECT oid FROM pg_namespace WHERE nspname = current_schema())
-        SELECT current_schema(),
-               EXISTS (SELECT 1 FROM pg_class WHERE relname = %s
-                       AND relnamespace = (SELECT oid FROM here)),
-               ARRAY(SELECT relname::text FROM pg_class
-                     WHERE relnamespace = (SELECT oid FROM here)
-                     UNION ALL
-                     SELECT proname::text FROM pg_proc
-                     WHERE pronamespace = (SELECT oid FROM here)
-                     LIMIT 5)
+        WITH here AS (SELECT oid FROM pg_namespace WHERE nspname = current_schema()),
+             mark AS (SELECT EXISTS (SELECT 1 FROM pg_class WHERE relname = %s
+                                     AND relnamespace = (SELECT oid FROM here)) AS marked)
+        SELECT current_schema(), marked,
+               CASE WHEN marked THEN ARRAY[]::text[]
+                    ELSE ARRAY(SELECT relname::text FROM pg_class
+                               WHERE relnamespace = (SELECT oid FROM here)
+                               UNION ALL
+                               SELECT proname::text FROM pg_proc
+                               WHERE pronamespace = (SELECT oid FROM here)
+                               LIMIT 5) END
+        FROM mark
         """,
         (MARK,),
     )
