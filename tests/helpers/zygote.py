@@ -51,6 +51,8 @@ PRELOAD = (
     "settled.cli.commands",
     "settled.cli.common",
     "settled.session",
+    "settled.config",
+    "tomllib",
     "settled.dispatch",
     "settled.reconcile",
     "settled.storage.sqlite",
