@@ -155,9 +155,9 @@ def app_for(args: Sequence[str]) -> typer.Typer:
     (with the global options and their callback) when it names one, else every command.
 
     Typer turns every command of an app into a Click command before it parses anything:
-    for 21 verbs that is about 40 ms of every process's start, three quarters of what a
-    read command such as ``settled show ID --json`` does once its modules are loaded
-    (docs/performance.md, "Cold start"). One command's help, options, errors and exit
+    for 21 verbs that is about 35 ms of every process's start, three quarters of what a
+    read command such as ``settled queue --json`` does once its modules are loaded
+    (docs/performance.md, "One command built"). One command's help, options, errors and exit
     codes are the same whichever commands sit beside it, so only what lists or guesses
     the commands gets them all: no verb, an unknown one (Click's "No such command"),
     ``--help`` or another option before the verb, and shell completion."""
