@@ -146,8 +146,11 @@ for _command in COMMANDS:
     _command.register(app)
 
 
-# The global options that take a value (``--db PATH``), so the verb can be found after them.
+# The global options that take a value (``--db PATH``), so the verb can be found after
+# them; any other option before the verb builds every command.
 _VALUED = ("--db", "--config")
+# What Click's shell completion sets for prog_name "settled" (``cli._run`` passes it).
+_COMPLETING = "_SETTLED_COMPLETE"
 
 
 def app_for(args: Sequence[str]) -> typer.Typer:
@@ -161,7 +164,7 @@ def app_for(args: Sequence[str]) -> typer.Typer:
     codes are the same whichever commands sit beside it, so only what lists or guesses
     the commands gets them all: no verb, an unknown one (Click's "No such command"),
     ``--help`` or another option before the verb, and shell completion."""
-    if any(name.endswith("_COMPLETE") for name in os.environ if name.startswith("_")):
+    if _COMPLETING in os.environ:
         return app
     verb = _verb(args)
     if verb is None:
@@ -183,7 +186,7 @@ def _verb(args: Sequence[str]) -> str | None:
     for token in tokens:
         if token in _VALUED:
             next(tokens, None)
-        elif token.startswith(tuple(f"{name}=" for name in _VALUED)):
+        elif token.partition("=")[0] in _VALUED:
             continue
         elif token.startswith("-"):
             return None
