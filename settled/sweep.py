@@ -242,20 +242,29 @@ class Sweeper:
         finally:
             self._in_pass = False
             self._overrun_logged = False
+        self._pass_succeeded(depth, failing, started)
+        if report.examined or report.stopped:
+            self.log(pass_line(report, self.name))
+
+    def _pass_succeeded(
+        self, depth: dict[tuple[str, str], int], failing: dict[str, int], started: float
+    ) -> None:
+        """What a pass that ran leaves: the health, the gauges, the outage warnings."""
         self.last_pass_ok, self.last_pass_at = True, self.now_text
         self._depth = {}
         for (status, _provider), n in depth.items():
             self._depth[status] = self._depth.get(status, 0) + n
-        for line in self.outages.pass_ended(failing):
-            self.emit(line.pop("event"), **line)
+        said = self.outages.pass_ended(failing)
         figures = self.outages.figures()  # on this thread: the heartbeat reads a copy
         self._failing_since = {p: round(f[0], 3) for p, f in sorted(figures.items())}
         if self.metrics is not None:
             self.metrics.queue(depth, failing)
             self.metrics.outages(figures)
             self.metrics.pass_ended(True, time.monotonic() - started, time.time())
-        if report.examined or report.stopped:
-            self.log(pass_line(report, self.name))
+        # Said after /healthz and the gauges hold it: whoever reads the warning and
+        # then asks the service finds the same outage (or its end) there.
+        for line in said:
+            self.emit(line.pop("event"), **line)
 
     def _schema_moved(self, schema: int) -> None:
         """The ledger's schema is not the one this daemon started on: say so once and

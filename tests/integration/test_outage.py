@@ -127,6 +127,56 @@ def wait_for(pred: Any, what: str, timeout: float = 60.0) -> Any:
     raise AssertionError(f"never: {what}")
 
 
+@pytest.mark.ledger_incidental
+def test_the_warning_is_written_once_healthz_and_the_gauge_say_it(
+    sim: SimServer, db_path: Path
+) -> None:
+    """Whoever reads ``provider_outage`` (or ``provider_recovered``) and then asks the
+    service finds the same there: the pass updates /healthz's body and the gauge
+    before it writes either line (a monitor reading the log, then /healthz, once met
+    the old state, as `serve --reconcile` did on a loaded machine)."""
+    from prometheus_client import generate_latest
+
+    from settled import Ledger
+    from settled.metrics import Metrics
+    from settled.providers import Registry
+    from settled.sweep import Sweeper
+
+    fill(db_path, sim, {"order-1": "ok"}, provider="mail")
+    steady = Steady()
+    board = Metrics()
+    seen: dict[str, tuple[str, str]] = {}
+
+    def log(line: dict[str, Any]) -> None:
+        if line["event"] in ("provider_outage", "provider_recovered"):
+            gauge = generate_latest(board.registry).decode()
+            outage = [g for g in gauge.splitlines() if g.startswith("settled_provider_outage{")]
+            seen[line["event"]] = (board.health()[1], " ".join(outage))
+
+    reg = Registry({"mail": sim_conf(sim, verify_deadline=600.0)}, source="test")
+    try:
+        with Ledger.open(db_path) as led:
+            sweeper = Sweeper(
+                led, reg, metrics=board, log=log, outages=Outages({"mail": 0.0}, steady=steady)
+            )
+            sim.unavailable(503)
+            sweeper.run_pass()
+            health, gauge = seen["provider_outage"]
+            assert "outage: mail has failed every check for" in health
+            assert 'settled_provider_outage{provider="mail"} 1.0' in gauge
+            sim.unavailable(None)
+            end = time.monotonic() + 60  # until the pass that checks it again
+            while "provider_recovered" not in seen and time.monotonic() < end:
+                steady.now += 1.0
+                sweeper.run_pass()
+                time.sleep(0.05)
+            health, gauge = seen["provider_recovered"]
+            assert "outage:" not in health
+            assert 'settled_provider_outage{provider="mail"} 0.0' in gauge
+    finally:
+        reg.close()
+
+
 @pytest.mark.slow
 def test_a_provider_stuck_on_503_pages_someone_and_its_recovery_is_said(
     tmp_path: Path, sim: SimServer, db_path: Path
